@@ -1,0 +1,502 @@
+"""Keeps README.md, the Dockerfile and .ci/run honest.
+
+- Every `--flag` on an `experiment.py` or `launch.py` command line in the
+  README's code blocks (and in the Dockerfile) is a flag those scripts define,
+  and the README's flag tables name real flags with their real defaults.
+- The install and test commands are the same in README.md, the Dockerfile and
+  .ci/run (CI runs exactly what a newcomer is told to run).
+- The Dockerfile pins its base image (tag and digest), Bazel (version and
+  sha256) and DeepMind Lab (a commit), and builds against the NumPy that
+  requirements.txt pins.
+
+The flags are read by importing each script in a child process (absl flags
+register at import; importing must not start training) and listing absl's
+FLAGS, so flags defined in modules the script imports count too.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+README = REPO / "README.md"
+DOCKERFILE = REPO / "Dockerfile"
+CI_RUN = REPO / ".ci" / "run"
+REQUIREMENTS = REPO / "requirements.txt"
+DOCKERIGNORE = REPO / ".dockerignore"
+
+SCRIPTS = ("experiment.py", "launch.py")
+# absl's own command-line flags, valid for any absl program.
+ABSL_BUILTIN_FLAGS = {"help", "helpfull", "helpshort", "helpxml", "flagfile", "undefok"}
+IMPORT_TIMEOUT_S = 180
+
+_LIST_FLAGS = """
+import importlib, json, sys
+from absl import flags
+importlib.import_module(sys.argv[1])
+out = {}
+for name in flags.FLAGS:
+    default = flags.FLAGS[name].default
+    if not isinstance(default, (bool, int, float, str, type(None))):
+        default = repr(default)
+    out[name] = default
+print("FLAGS_JSON=" + json.dumps(out))
+"""
+
+
+# --------------------------------------------------------------------------
+# Helpers
+
+
+def _read(path: Path) -> str:
+    assert path.is_file(), f"{path.relative_to(REPO)} is missing"
+    return path.read_text(encoding="utf-8")
+
+
+def _code_blocks(markdown: str) -> list[str]:
+    """The contents of the fenced (```) code blocks of a Markdown text."""
+    return re.findall(r"^```[^\n]*\n(.*?)^```", markdown, flags=re.S | re.M)
+
+
+def _logical_lines(text: str) -> list[str]:
+    """Shell lines with backslash continuations joined and comments dropped."""
+    lines: list[str] = []
+    current = ""
+    for raw in text.splitlines():
+        stripped = raw.strip()
+        if not current and (not stripped or stripped.startswith("#")):
+            continue
+        if stripped.endswith("\\"):
+            current += stripped[:-1] + " "
+            continue
+        current += stripped
+        lines.append(current.strip())
+        current = ""
+    if current.strip():
+        lines.append(current.strip())
+    return lines
+
+
+def _commands(line: str) -> list[list[str]]:
+    """Splits a shell line into simple commands (token lists) at ;, &&, |, &."""
+    lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    lexer.commenters = ""
+    try:
+        tokens = list(lexer)
+    except ValueError:  # unbalanced quotes: fall back to plain words
+        tokens = line.split()
+    commands: list[list[str]] = [[]]
+    for token in tokens:
+        if token and set(token) <= set("();<>|&"):
+            commands.append([])
+        else:
+            commands[-1].append(token)
+    return [c for c in commands if c]
+
+
+def _script_invocations(lines: list[str]) -> list[tuple[str, list[str], str]]:
+    """(script, flag names, command text) for each experiment.py/launch.py call."""
+    found = []
+    for line in lines:
+        for command in _commands(line):
+            for i, token in enumerate(command):
+                script = os.path.basename(token)
+                if script in SCRIPTS:
+                    names = [
+                        arg[2:].split("=", 1)[0]
+                        for arg in command[i + 1 :]
+                        if arg.startswith("--") and len(arg) > 2
+                    ]
+                    found.append((script, names, " ".join(command)))
+                    break
+    return found
+
+
+@functools.cache
+def _defined_flags(script: str) -> dict:
+    """{flag name: default} of the absl flags that exist once `script` is imported."""
+    path = REPO / script
+    if not path.is_file():
+        pytest.fail(
+            f"{script} does not exist, but README.md shows command lines for it"
+        )
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO))
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", _LIST_FLAGS, path.stem],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=IMPORT_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(
+            f"importing {script} took over {IMPORT_TIMEOUT_S} s: importing it must only "
+            "define flags, not start training (keep main() behind "
+            "`if __name__ == '__main__'`)"
+        )
+    marker = [ln for ln in proc.stdout.splitlines() if ln.startswith("FLAGS_JSON=")]
+    if proc.returncode != 0 or not marker:
+        pytest.fail(
+            f"importing {script} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}"
+        )
+    flags = json.loads(marker[-1][len("FLAGS_JSON=") :])
+    if script == "launch.py":
+        # A launcher may parse its own options with argparse.
+        source = _read(path)
+        for name in re.findall(r"add_argument\(\s*['\"]--([\w-]+)['\"]", source):
+            flags.setdefault(name.replace("-", "_"), None)
+            flags.setdefault(name, None)
+    return flags
+
+
+def _accepted_flags(script: str) -> set[str]:
+    names = set(_defined_flags("experiment.py")) | ABSL_BUILTIN_FLAGS
+    if script == "launch.py":
+        # The launcher hands experiment.py's flags on to the tasks it starts.
+        names |= set(_defined_flags("launch.py"))
+    return names
+
+
+def _is_accepted(name: str, accepted: set[str]) -> bool:
+    # absl spells a false boolean flag --noname.
+    return name in accepted or (name.startswith("no") and name[2:] in accepted)
+
+
+def _dockerfile_instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs, continuations joined, comments dropped."""
+    instructions: list[tuple[str, str]] = []
+    current = ""
+    for raw in _read(DOCKERFILE).splitlines():
+        stripped = raw.strip()
+        if stripped.startswith("#") or (not stripped and not current):
+            continue
+        if stripped.endswith("\\"):
+            current += stripped[:-1] + " "
+            continue
+        current += stripped
+        keyword, _, rest = current.strip().partition(" ")
+        instructions.append((keyword.upper(), rest.strip()))
+        current = ""
+    return instructions
+
+
+def _dockerfile_args() -> dict[str, str]:
+    args: dict[str, str] = {}
+    for keyword, rest in _dockerfile_instructions():
+        if keyword == "ARG" and "=" in rest:
+            name, value = rest.split("=", 1)
+            args.setdefault(name.strip(), value.strip().strip("\"'"))
+    return args
+
+
+def _expand(text: str, args: dict[str, str]) -> str:
+    return re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: args.get(m[1] or m[2], m[0]), text)
+
+
+def _shell_of(keyword: str, rest: str) -> str:
+    """The shell text a RUN or CMD runs (exec form: the script after -c)."""
+    if rest.startswith("["):
+        argv = json.loads(rest)
+        if len(argv) >= 3 and argv[1] == "-c":
+            return argv[2]
+        return shlex.join(argv)
+    return rest
+
+
+def _dockerfile_shell_lines(keyword: str) -> list[str]:
+    return [
+        _shell_of(k, rest) for k, rest in _dockerfile_instructions() if k == keyword
+    ]
+
+
+def _canonical_commands() -> tuple[str, str]:
+    """The install and test commands that .ci/run runs."""
+    lines = _logical_lines(_read(CI_RUN))
+    install = [
+        ln for ln in lines if re.search(r"\bpip install\b.*-r\s+requirements\.txt", ln)
+    ]
+    tests = [ln for ln in lines if re.search(r"\bpytest\b", ln)]
+    assert len(install) == 1, (
+        f".ci/run should have one install command, found {install}"
+    )
+    assert len(tests) == 1, f".ci/run should have one test command, found {tests}"
+    return install[0], tests[0]
+
+
+def _all_readme_command_lines() -> list[str]:
+    return [ln for block in _code_blocks(_read(README)) for ln in _logical_lines(block)]
+
+
+def _flag_table_rows() -> list[tuple[str, str]]:
+    """(flag, default cell) of the tables in README's '## Flags' section."""
+    text = _read(README)
+    match = re.search(r"^## Flags\s*$(.*?)(?=^## )", text, flags=re.S | re.M)
+    assert match, "README.md has no '## Flags' section"
+    rows = re.findall(r"^\|\s*`--(\w+)`\s*\|\s*([^|]*?)\s*\|", match[1], flags=re.M)
+    assert rows, "README.md's Flags section has no flag table rows"
+    return rows
+
+
+def _same_default(cell: str, default) -> bool:
+    cell = cell.strip().strip("`").strip()
+    if cell in ("''", '""'):
+        cell = ""
+    if isinstance(default, bool):
+        return cell.lower() == str(default).lower()
+    if isinstance(default, (int, float)):
+        try:
+            return float(cell) == float(default)
+        except ValueError:
+            return False
+    if default is None:
+        return cell in ("", "None")
+    return cell == str(default)
+
+
+# --------------------------------------------------------------------------
+# README command lines and flags
+
+
+def test_readme_shows_experiment_and_launch_command_lines():
+    scripts = {
+        script for script, _, _ in _script_invocations(_all_readme_command_lines())
+    }
+    assert scripts == set(SCRIPTS), f"README.md code blocks call {sorted(scripts)}"
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_flag_in_readme_command_lines_is_defined(script):
+    unknown = []
+    for called, names, command in _script_invocations(_all_readme_command_lines()):
+        if called != script:
+            continue
+        accepted = _accepted_flags(script)
+        unknown += [
+            f"--{n} in: {command}" for n in names if not _is_accepted(n, accepted)
+        ]
+    assert not unknown, "README.md uses flags that are not defined:\n" + "\n".join(
+        unknown
+    )
+
+
+def test_every_flag_in_dockerfile_command_lines_is_defined():
+    lines = [
+        ln
+        for keyword in ("RUN", "CMD", "ENTRYPOINT")
+        for text in _dockerfile_shell_lines(keyword)
+        for ln in _logical_lines(text)
+    ]
+    invocations = _script_invocations(lines)
+    assert invocations, "the Dockerfile runs no experiment.py command"
+    unknown = []
+    for script, names, command in invocations:
+        accepted = _accepted_flags(script)
+        unknown += [
+            f"--{n} in: {command}" for n in names if not _is_accepted(n, accepted)
+        ]
+    assert not unknown, "the Dockerfile uses flags that are not defined:\n" + "\n".join(
+        unknown
+    )
+
+
+def test_flag_tables_name_real_flags_with_their_defaults():
+    defined = _defined_flags("experiment.py")
+    problems = []
+    for name, cell in _flag_table_rows():
+        if name not in defined:
+            problems.append(f"--{name}: not defined by experiment.py")
+        elif not _same_default(cell, defined[name]):
+            problems.append(
+                f"--{name}: README says {cell}, experiment.py says {defined[name]!r}"
+            )
+    assert not problems, "README.md's flag tables are out of date:\n" + "\n".join(
+        problems
+    )
+
+
+def test_every_flag_experiment_py_defines_is_documented():
+    source = _read(REPO / "experiment.py")
+    own = set(re.findall(r"DEFINE_\w+\(\s*(?:name\s*=\s*)?['\"](\w+)['\"]", source))
+    documented = {name for name, _ in _flag_table_rows()}
+    missing = sorted(own - documented)
+    assert not missing, (
+        f"experiment.py flags missing from README.md's Flags tables: {missing}"
+    )
+
+
+# --------------------------------------------------------------------------
+# One install command and one test command everywhere
+
+
+def test_install_and_test_commands_are_the_same_in_readme_dockerfile_and_ci():
+    install, tests = _canonical_commands()
+    assert install == "python3 -m pip install -r requirements.txt", install
+    assert tests == "python3 -m pytest tests", tests
+
+    readme_commands = {
+        " ".join(c) for ln in _all_readme_command_lines() for c in _commands(ln)
+    }
+    docker_commands = {
+        " ".join(c)
+        for text in _dockerfile_shell_lines("RUN")
+        for ln in _logical_lines(text)
+        for c in _commands(ln)
+    }
+    for where, commands in (
+        ("README.md", readme_commands),
+        ("Dockerfile", docker_commands),
+    ):
+        assert install in commands, (
+            f"{where} does not run the install command {install!r}"
+        )
+        assert tests in commands, f"{where} does not run the test command {tests!r}"
+        # No second spelling of the same steps (a bare `pip`, another pytest target).
+        variants = [
+            c
+            for c in commands
+            if (re.search(r"-r\s+requirements\.txt", c) and c != install)
+            or (re.search(r"\bpytest\b", c) and c != tests)
+        ]
+        assert not variants, (
+            f"{where} spells the install/test commands differently: {variants}"
+        )
+
+
+def test_readme_quick_start_trains_on_the_embedded_default():
+    commands = {
+        " ".join(c) for ln in _all_readme_command_lines() for c in _commands(ln)
+    }
+    assert "python3 experiment.py" in commands
+    assert "python3 dynamic_batching.py" in commands
+
+
+# --------------------------------------------------------------------------
+# Dockerfile pins and steps
+
+
+def test_dockerfile_pins_base_image_by_tag_and_digest():
+    args = _dockerfile_args()
+    stages: set[str] = set()
+    external = []
+    for keyword, rest in _dockerfile_instructions():
+        if keyword != "FROM":
+            continue
+        words = [w for w in rest.split() if not w.startswith("--")]
+        image = _expand(words[0], args)
+        if len(words) >= 3 and words[1].upper() == "AS":
+            stages.add(words[2])
+        if image in stages or image == "scratch":
+            continue
+        external.append(image)
+        match = re.fullmatch(r"([\w./-]+):([\w.-]+)@sha256:([0-9a-f]{64})", image)
+        assert match, (
+            f"FROM {image}: pin the image with an exact tag and @sha256 digest"
+        )
+        assert match[2] != "latest" and re.search(r"\d", match[2]), (
+            f"FROM {image}: tag is not a version"
+        )
+    assert external, "the Dockerfile has no base image"
+
+
+def test_dockerfile_pins_bazel_version_and_checksum():
+    args = _dockerfile_args()
+    assert re.fullmatch(r"\d+\.\d+\.\d+", args.get("BAZEL_VERSION", "")), args.get(
+        "BAZEL_VERSION"
+    )
+    assert re.fullmatch(r"[0-9a-f]{64}", args.get("BAZEL_SHA256", "")), (
+        "BAZEL_SHA256 is not a sha256"
+    )
+    runs = " ".join(_dockerfile_shell_lines("RUN"))
+    assert "bazel-${BAZEL_VERSION}-linux-x86_64" in runs
+    assert "sha256sum" in runs and "${BAZEL_SHA256}" in runs, (
+        "the Bazel binary is not checked"
+    )
+    assert "--enable_bzlmod=false" in runs and "--enable_workspace=true" in runs
+
+
+def test_dockerfile_pins_deepmind_lab_commit():
+    args = _dockerfile_args()
+    commit = args.get("DMLAB_COMMIT", "")
+    assert re.fullmatch(r"[0-9a-f]{40}", commit), (
+        f"DMLAB_COMMIT={commit!r} is not a full commit hash"
+    )
+    runs = " ".join(_dockerfile_shell_lines("RUN"))
+    assert "github.com/google-deepmind/lab" in runs
+    assert '"${DMLAB_COMMIT}"' in runs, (
+        "the DeepMind Lab checkout does not use DMLAB_COMMIT"
+    )
+    assert "//python/pip_package:build_pip_package" in runs
+    assert "bradylab.ucsd.edu/stimuli/ObjectsAll.zip" in runs, (
+        "the psychlab dataset is not fetched"
+    )
+
+
+def test_dockerfile_builds_deepmind_lab_against_the_pinned_numpy():
+    pins = dict(
+        re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)", _read(REQUIREMENTS), flags=re.M)
+    )
+    assert "numpy" in pins, "requirements.txt does not pin numpy"
+    assert _dockerfile_args().get("NUMPY_VERSION") == pins["numpy"], (
+        "ARG NUMPY_VERSION in the Dockerfile must equal requirements.txt's numpy pin"
+    )
+
+
+def test_dockerfile_prebuilds_the_op_and_runs_training_then_test_mode():
+    runs = [
+        " ".join(c)
+        for t in _dockerfile_shell_lines("RUN")
+        for ln in _logical_lines(t)
+        for c in _commands(ln)
+    ]
+    assert "python3 dynamic_batching.py" in runs, (
+        "the Dockerfile does not prebuild batcher.so"
+    )
+    cmds = _dockerfile_shell_lines("CMD")
+    assert cmds, "the Dockerfile has no CMD"
+    calls = _script_invocations(_logical_lines(cmds[-1]))
+    commands = [command for script, _, command in calls if script == "experiment.py"]
+    assert len(commands) == 2, f"CMD should train, then test: {commands}"
+    assert "--mode=test" not in commands[0] and "--mode=test" in commands[1], commands
+
+
+def test_dockerignore_keeps_what_the_image_build_reads():
+    patterns = [
+        ln.strip()
+        for ln in _read(DOCKERIGNORE).splitlines()
+        if ln.strip() and not ln.strip().startswith("#")
+    ]
+    needed = [
+        "README.md",
+        "Dockerfile",
+        ".ci/run",
+        "requirements.txt",
+        "tests/docs_test.py",
+        "experiment.py",
+        "dynamic_batching.py",
+    ]
+    for path in needed:
+        for pattern in patterns:
+            bare = pattern.lstrip("/").removeprefix("**/")
+            hit = fnmatch.fnmatch(path, bare) or path.startswith(bare.rstrip("/") + "/")
+            assert not hit, (
+                f".dockerignore pattern {pattern!r} drops {path}, which the build needs"
+            )
+
+
+def test_readme_says_ci_does_not_build_the_image_and_points_to_benchmarks():
+    text = _read(README)
+    assert "CI does not build the Docker image" in text
+    assert "BENCHMARKS.md" in text
