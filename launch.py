@@ -1,0 +1,485 @@
+r"""Runs a distributed IMPALA job on this machine: one learner and N actor tasks.
+
+    python3 launch.py --num_actors=4 --logdir=/tmp/agent [experiment.py flags]
+
+starts `experiment.py --job_name=learner --task=0` and, for i < N,
+`experiment.py --job_name=actor --task=i`, each with the cluster flags
+(--learner_host, --actor_hosts, --num_actors, --logdir) and every other
+argument forwarded unchanged and in order. Each task's stdout and stderr go to
+`<logdir>/logs/<job>_<task>.log` (appended to, one header line per start).
+
+Flag handling: launch.py takes its own flags (below) out of the command line
+and forwards everything else verbatim, so the program's flags need no
+declaration here. Own flags are recognised as `--name=value`, `--name value`
+and `-name=value`; --num_actors and --logdir are both used here and passed on.
+--job_name and --task are set per task and are an error here. Put flags for
+experiment.py in --flagfile if you like: --flagfile is forwarded, but then keep
+--num_actors and --logdir on launch.py's command line.
+
+Addresses: the learner at localhost:PORT_BASE and actor i at
+localhost:PORT_BASE+1+i; --port_base=0 (the default) picks free ports at
+start. --learner_host / --actor_hosts override them. All tasks run here, and
+each TensorFlow server listens on all interfaces: keep the ports firewalled.
+TF_CONFIG, if set, is removed from the tasks' environment (this launcher
+defines the cluster).
+
+End: when the learner exits, the actors get --actor_exit_secs to exit by
+themselves (they should, once the learner closes the queue), then they are
+stopped; launch.py exits with the learner's exit code (128+N if a signal N
+ended it). An actor that dies early is reported and the run goes on. Ctrl-C or
+SIGTERM stops every task: SIGTERM to each task's process group (children start
+in their own sessions, so the group includes their environment processes),
+SIGKILL after --kill_grace_secs (at once on a second Ctrl-C); launch.py then
+exits 128+signal. Tasks also get SIGTERM if launch.py itself is killed (Linux
+parent-death signal), so no task outlives it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+
+from absl import app, flags
+
+import cluster
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+# launch.py's flags live in their own FlagValues, not absl's global FLAGS:
+# experiment.py defines flags of the same names (num_actors, logdir, ...), and
+# a process (a test run) that imports both modules must not clash.
+FLAGS = flags.FlagValues()
+flags.DEFINE_integer(
+    "num_actors", 4, "Number of actor tasks (also forwarded).", flag_values=FLAGS
+)
+flags.DEFINE_string(
+    "logdir",
+    "/tmp/agent",
+    "Log directory (also forwarded); task logs go to <logdir>/logs/<job>_<task>.log.",
+    flag_values=FLAGS,
+)
+flags.DEFINE_string(
+    "learner_host",
+    "",
+    "HOST:PORT of the learner; empty = localhost with a port from --port_base.",
+    flag_values=FLAGS,
+)
+flags.DEFINE_string(
+    "actor_hosts",
+    "",
+    "Comma-separated HOST:PORT of the actors; "
+    "empty = localhost with ports from --port_base.",
+    flag_values=FLAGS,
+)
+flags.DEFINE_integer(
+    "port_base",
+    0,
+    "Learner port; actor i gets port_base+1+i. 0 = pick free ports.",
+    flag_values=FLAGS,
+)
+flags.DEFINE_string(
+    "program",
+    os.path.join(_HERE, "experiment.py"),
+    "The script every task runs.",
+    flag_values=FLAGS,
+)
+flags.DEFINE_string(
+    "python", sys.executable, "Python interpreter for the tasks.", flag_values=FLAGS
+)
+flags.DEFINE_float(
+    "actor_exit_secs",
+    60.0,
+    "After the learner exits, seconds "
+    "the actors get to exit by themselves before being stopped.",
+    flag_values=FLAGS,
+)
+flags.DEFINE_float(
+    "kill_grace_secs",
+    10.0,
+    "Seconds between SIGTERM and SIGKILL when stopping tasks.",
+    flag_values=FLAGS,
+)
+
+_OWN_FLAGS = frozenset(
+    [
+        "num_actors",
+        "logdir",
+        "learner_host",
+        "actor_hosts",
+        "port_base",
+        "program",
+        "python",
+        "actor_exit_secs",
+        "kill_grace_secs",
+    ]
+)
+_HELP_FLAGS = frozenset(["help", "helpshort", "helpfull", "helpxml", "?", "h"])
+_PER_TASK_FLAGS = frozenset(["job_name", "task"])
+
+_POLL_SECS = 0.1
+
+
+def _flag_name(arg: str) -> str | None:
+    """'--name=value' / '-name' -> 'name'; None for non-flags and '--'."""
+    if not arg.startswith("-") or arg in ("-", "--"):
+        return None
+    return arg.lstrip("-").split("=", 1)[0]
+
+
+def split_argv(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Splits argv into (launch.py's own args with argv[0], forwarded args)."""
+    own, forwarded = [argv[0]], []
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":  # Everything after '--' belongs to the program.
+            forwarded.extend(argv[i:])
+            break
+        name = _flag_name(arg)
+        if name in _OWN_FLAGS:
+            own.append(arg)
+            if "=" not in arg and i + 1 < len(argv):  # '--name value'
+                own.append(argv[i + 1])
+                i += 1
+        elif name in _HELP_FLAGS:
+            own.append(arg)
+        else:
+            forwarded.append(arg)
+        i += 1
+    return own, forwarded
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+    """app.run's flags_parser: parses launch.py's flags, returns the rest."""
+    own, forwarded = split_argv(argv)
+    if any(_flag_name(arg) in _HELP_FLAGS for arg in own[1:]):
+        print(__doc__)
+        print(
+            f"launch.py's flags (all others go to the program):\n"
+            f"{FLAGS.main_module_help()}"
+        )
+        sys.exit(0)
+    try:
+        FLAGS(own)
+    except flags.Error as e:
+        print(f"launch.py: error: {e}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    flags.FLAGS([argv[0]])  # absl's own flags (logging): defaults.
+    return [argv[0], *forwarded]
+
+
+def _parent_death_signal_setter():
+    """A preexec_fn that makes the child get SIGTERM when launch.py dies.
+
+    Linux only (prctl PR_SET_PDEATHSIG); None elsewhere. libc is loaded here,
+    in the parent, so the child only makes the call.
+    """
+    if sys.platform != "linux":
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+    pr_set_pdeathsig = 1
+
+    def preexec() -> None:
+        prctl(pr_set_pdeathsig, int(signal.SIGTERM))
+        if os.getppid() != parent:  # launch.py died before prctl took effect.
+            os._exit(1)
+
+    return preexec
+
+
+def _live_groups(pgids: list[int]) -> set[int]:
+    """The process groups among `pgids` that still have a non-zombie member."""
+    live = set()
+    for pgid in pgids:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            continue
+        except PermissionError:
+            pass
+        live.add(pgid)
+    if not live or not os.path.isdir("/proc"):
+        return live
+    # Orphaned zombies (never reaped where PID 1 does not reap) still count
+    # for killpg, but they are dead: keep groups with a non-zombie member.
+    running = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            state, pgrp = fields[0], int(fields[2])  # After the command name.
+        except (OSError, IndexError, ValueError):
+            continue
+        if state != "Z":
+            running.add(pgrp)
+    return live & running
+
+
+class _Task:
+    def __init__(self, job: str, index: int, process: subprocess.Popen, log_path: str):
+        self.job = job
+        self.index = index
+        self.process = process
+        self.log_path = log_path
+        self.reported = False
+
+    @property
+    def name(self) -> str:
+        return f"{self.job}_{self.index}"
+
+    @property
+    def pgid(self) -> int:
+        # start_new_session makes the child a group leader: pgid == pid.
+        return self.process.pid
+
+
+def _exit_code(returncode: int) -> int:
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _say(message: str) -> None:
+    print(f"launch.py: {message}", flush=True)
+
+
+class Launcher:
+    """Starts, watches and stops the tasks; see the module docstring."""
+
+    def __init__(self, forwarded: list[str]):
+        self.forwarded = forwarded
+        self.tasks: list[_Task] = []
+        self.signals: list[int] = []
+
+    def _on_signal(self, signum, frame) -> None:
+        del frame
+        self.signals.append(signum)
+
+    def _addresses(self) -> tuple[str, str]:
+        learner, actors = cluster.local_cluster_hosts(FLAGS.num_actors, FLAGS.port_base)
+        learner_host = FLAGS.learner_host or learner
+        actor_hosts = FLAGS.actor_hosts or ",".join(actors)
+        # The tasks would fail the same way; fail here, before starting any.
+        config = cluster.cluster_from_flags(
+            learner_host, actor_hosts, FLAGS.num_actors, "learner", 0
+        )
+        for job, index, address in [("learner", 0, config.learner_host)] + [
+            ("actor", i, a) for i, a in enumerate(config.actor_hosts)
+        ]:
+            _, port = cluster.parse_host_port(address)
+            if (err := cluster.port_in_use(port)) is not None:
+                flag = "--learner_host" if job == "learner" else "--actor_hosts"
+                raise ValueError(
+                    f"port {port} for {job} task {index} ({address}) is in use: "
+                    f"{err.strerror}; stop the process holding it, or pick other "
+                    f"ports with --port_base=0 (free ports) or {flag}"
+                )
+        return config.learner_host, ",".join(config.actor_hosts)
+
+    def _start(self, job: str, index: int, cluster_args: list[str], env) -> _Task:
+        log_path = os.path.join(FLAGS.logdir, "logs", f"{job}_{index}.log")
+        cmd = [
+            FLAGS.python,
+            FLAGS.program,
+            f"--job_name={job}",
+            f"--task={index}",
+            *cluster_args,
+            *self.forwarded,
+        ]
+        log = open(log_path, "ab", buffering=0)
+        try:
+            log.write(
+                f"=== launch.py {time.strftime('%Y-%m-%d %H:%M:%S')}: "
+                f"{shlex.join(cmd)}\n".encode()
+            )
+            process = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=_parent_death_signal_setter(),
+            )
+        except OSError as e:
+            raise ValueError(
+                f"--python={FLAGS.python!r} cannot run {FLAGS.program!r}: "
+                f"{e.strerror}; point --python at a Python 3 interpreter"
+            ) from None
+        finally:
+            log.close()  # The child holds its own copy.
+        task = _Task(job, index, process, log_path)
+        self.tasks.append(task)
+        return task
+
+    def _interrupted(self) -> bool:
+        return bool(self.signals)
+
+    def _reap(self) -> None:
+        for task in self.tasks:
+            rc = task.process.poll()
+            if rc is not None and not task.reported:
+                task.reported = True
+                _say(
+                    f"{task.name} exited with code {_exit_code(rc)} (log: {task.log_path})"
+                )
+
+    def stop(self, tasks: list[_Task], grace_secs: float) -> None:
+        """SIGTERM the tasks' process groups, SIGKILL what is left after grace."""
+
+        def alive(candidates: list[_Task]) -> list[_Task]:
+            groups = _live_groups([t.pgid for t in candidates])
+            return [t for t in candidates if t.pgid in groups]
+
+        live = alive(tasks)
+        if not live:
+            return
+        _say(f"stopping {', '.join(t.name for t in live)}")
+        signals_before = len(self.signals)
+        for task in live:
+            _kill_group(task.pgid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_secs
+        # A further Ctrl-C skips the grace period.
+        while time.monotonic() < deadline and len(self.signals) <= signals_before:
+            self._reap()
+            live = alive(live)
+            if not live:
+                return
+            time.sleep(_POLL_SECS)
+        for task in alive(live):
+            _say(f"{task.name} still running; sending SIGKILL")
+            _kill_group(task.pgid, signal.SIGKILL)
+        for task in live:
+            try:
+                task.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                _say(f"{task.name} (pid {task.process.pid}) did not die after SIGKILL")
+        self._reap()
+
+    def run(self) -> int:
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, self._on_signal)
+        learner_host, actor_hosts = self._addresses()
+        os.makedirs(os.path.join(FLAGS.logdir, "logs"), exist_ok=True)
+        env = dict(os.environ)
+        if env.pop("TF_CONFIG", None):
+            _say(
+                "TF_CONFIG is set; not passing it to the tasks (launch.py sets "
+                "their cluster with flags)"
+            )
+        env["PYTHONUNBUFFERED"] = "1"
+        cluster_args = [
+            f"--learner_host={learner_host}",
+            f"--actor_hosts={actor_hosts}",
+            f"--num_actors={FLAGS.num_actors}",
+            f"--logdir={FLAGS.logdir}",
+        ]
+        try:
+            learner = self._start("learner", 0, cluster_args, env)
+            for i in range(FLAGS.num_actors):
+                if self._interrupted():
+                    break
+                self._start("actor", i, cluster_args, env)
+            _say(
+                f"learner at {learner_host}, {FLAGS.num_actors} actor(s) at "
+                f"{actor_hosts}; program {FLAGS.program}"
+            )
+            _say(
+                f"logs: {os.path.join(FLAGS.logdir, 'logs')}/"
+                f"{{learner_0,actor_0..actor_{FLAGS.num_actors - 1}}}.log"
+            )
+            while learner.process.poll() is None and not self._interrupted():
+                self._reap()
+                time.sleep(_POLL_SECS)
+            if self._interrupted():
+                name = signal.Signals(self.signals[0]).name
+                _say(f"got {name}; stopping all tasks")
+                return 128 + self.signals[0]
+            self._reap()
+            code = _exit_code(learner.process.returncode)
+            if code != 0:
+                _say(f"last lines of {learner.log_path}:\n{_tail(learner.log_path)}")
+            actors = [t for t in self.tasks if t.job == "actor"]
+            deadline = time.monotonic() + FLAGS.actor_exit_secs
+            while (
+                any(t.process.poll() is None for t in actors)
+                and time.monotonic() < deadline
+                and not self._interrupted()
+            ):
+                self._reap()
+                time.sleep(_POLL_SECS)
+            self._reap()
+            if any(t.process.poll() is None for t in actors):
+                _say(
+                    f"actors still running {FLAGS.actor_exit_secs:g} s after the "
+                    f"learner ended"
+                )
+            return code
+        finally:
+            # Every group, also of tasks that exited: their environment
+            # processes may have outlived them.
+            self.stop(self.tasks, FLAGS.kill_grace_secs)
+
+
+def _tail(path: str, lines: int = 20) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 16384))
+            text = f.read().decode(errors="replace")
+    except OSError as e:
+        return f"(cannot read: {e.strerror})"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _kill_group(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _check_args(forwarded: list[str]) -> None:
+    for arg in forwarded:
+        if arg == "--":
+            break
+        if _flag_name(arg) in _PER_TASK_FLAGS:
+            raise ValueError(
+                f"{arg}: launch.py sets --job_name and --task for each task it "
+                f"starts; remove it (to run one task by hand, call "
+                f"{os.path.basename(FLAGS.program)} directly)"
+            )
+    if FLAGS.num_actors < 1:
+        raise ValueError(
+            f"--num_actors={FLAGS.num_actors}: launch at least one actor; set "
+            f"--num_actors >= 1"
+        )
+    if not os.path.isfile(FLAGS.program):
+        raise ValueError(
+            f"--program={FLAGS.program!r} does not exist; point it at experiment.py"
+        )
+
+
+def main(argv: list[str]) -> None:
+    forwarded = argv[1:]
+    try:
+        _check_args(forwarded)
+        code = Launcher(forwarded).run()
+    except ValueError as e:  # Bad flags or addresses, port in use: one line.
+        print(f"launch.py: error: {e}", file=sys.stderr, flush=True)
+        code = 2
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    app.run(main, flags_parser=_parse_flags)
