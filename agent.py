@@ -1,0 +1,261 @@
+"""The IMPALA agent network (Sonnet 2), deep and shallow variants.
+
+The network follows the IMPALA paper (Espeholt et al., 2018, figure 3):
+
+  frame -> torso (deep: 3 residual stages; shallow: 2 convolutions) -> ReLU
+        -> FC 256 -> ReLU
+  concat [torso, clipped last reward, one-hot last action, instruction code]
+        -> LSTM 256 (state reset where an episode ended)
+        -> policy logits (num_actions) and baseline (1)
+  action ~ Categorical(policy logits)
+
+Everything is time-major: `unroll` takes inputs shaped [T, B, ...]; the
+one-step `__call__` takes inputs shaped [B, ...].
+
+`env_outputs` is the environment's StepOutput namedtuple
+(reward, info, done, observation) where observation is
+(frame uint8 [H, W, C], instruction tf.string scalar); only its `reward`,
+`done` and `observation` fields are read here, so agent.py does not import
+environments.py.
+"""
+
+import collections
+from collections.abc import Sequence
+
+import sonnet as snt
+import tensorflow as tf
+
+AgentOutput = collections.namedtuple("AgentOutput", "action policy_logits baseline")
+
+# Instruction encoding sizes from the paper.
+INSTRUCTION_HASH_BUCKETS = 1000
+INSTRUCTION_EMBEDDING_SIZE = 20
+INSTRUCTION_LSTM_SIZE = 64
+TORSO_OUTPUT_SIZE = 256
+CORE_LSTM_SIZE = 256
+
+# (output channels, number of residual blocks) per stage of the deep torso.
+DEEP_STAGES = ((16, 2), (32, 2), (32, 2))
+
+TORSOS = ("deep", "shallow")
+
+
+def _pass_sonnet_tf2_check() -> None:
+    """Satisfies Sonnet 2's one-time "requires TensorFlow 2" check now.
+
+    Sonnet asserts `tf.executing_eagerly()` under `tf.init_scope()` the first
+    time any module is constructed; inside `with tf.Graph().as_default():`
+    that is False, so constructing the first module while eager execution is
+    still on (at import time) is what lets every later graph-mode build work.
+    """
+    if tf.executing_eagerly():
+        snt.Module(name="sonnet_tf2_check")
+
+
+_pass_sonnet_tf2_check()
+
+
+class _ResidualStage(snt.Module):
+    """conv 3x3 stride 1 -> max-pool 3x3 stride 2 -> residual blocks."""
+
+    def __init__(self, channels: int, num_blocks: int, name: str | None = None):
+        super().__init__(name=name)
+        self._conv = snt.Conv2D(channels, 3, stride=1, padding="SAME", name="conv")
+        self._blocks = [
+            (
+                snt.Conv2D(channels, 3, stride=1, padding="SAME", name=f"res{i}_a"),
+                snt.Conv2D(channels, 3, stride=1, padding="SAME", name=f"res{i}_b"),
+            )
+            for i in range(num_blocks)
+        ]
+
+    def __call__(self, x: tf.Tensor) -> tf.Tensor:
+        x = self._conv(x)
+        x = tf.nn.max_pool2d(x, ksize=3, strides=2, padding="SAME")
+        for conv_a, conv_b in self._blocks:
+            block_input = x
+            x = conv_b(tf.nn.relu(conv_a(tf.nn.relu(x))))
+            # The residual sum, written as a subtraction on purpose: TF 2.21's
+            # grappler remapper fails on conv + bias + add whose sum feeds
+            # the next block (it logs "remapper failed" and then skips every
+            # fusion of the graph, ~1.5x slower training on CPU).
+            x = block_input - tf.negative(x)
+        return x
+
+
+class _DeepTorso(snt.Module):
+    """The paper's deep (15-layer residual) torso: [B, H, W, C] -> [B, 256]."""
+
+    def __init__(self, name: str = "deep_torso"):
+        super().__init__(name=name)
+        self._stages = [
+            _ResidualStage(c, n, name=f"stage{i}")
+            for i, (c, n) in enumerate(DEEP_STAGES)
+        ]
+        self._flatten = snt.Flatten()
+        self._linear = snt.Linear(TORSO_OUTPUT_SIZE, name="fc")
+
+    def __call__(self, frame: tf.Tensor) -> tf.Tensor:
+        x = frame
+        for stage in self._stages:
+            x = stage(x)
+        x = tf.nn.relu(x)
+        return tf.nn.relu(self._linear(self._flatten(x)))
+
+
+class _ShallowTorso(snt.Module):
+    """The paper's shallow torso (Nature DQN-like): [B, H, W, C] -> [B, 256]."""
+
+    def __init__(self, name: str = "shallow_torso"):
+        super().__init__(name=name)
+        self._conv1 = snt.Conv2D(16, 8, stride=4, padding="VALID", name="conv1")
+        self._conv2 = snt.Conv2D(32, 4, stride=2, padding="VALID", name="conv2")
+        self._flatten = snt.Flatten()
+        self._linear = snt.Linear(TORSO_OUTPUT_SIZE, name="fc")
+
+    def __call__(self, frame: tf.Tensor) -> tf.Tensor:
+        x = tf.nn.relu(self._conv1(frame))
+        x = tf.nn.relu(self._conv2(x))
+        return tf.nn.relu(self._linear(self._flatten(x)))
+
+
+class _InstructionEncoder(snt.Module):
+    """Words -> hash buckets -> Embed 20 -> LSTM 64 -> output at the last word.
+
+    Input: tf.string [B]. Output: float32 [B, 64]; an empty instruction (the
+    Atari case) encodes to zeros, because the LSTM never steps for it and its
+    initial state is zero.
+    """
+
+    def __init__(self, name: str = "instruction"):
+        super().__init__(name=name)
+        self._embed = snt.Embed(
+            INSTRUCTION_HASH_BUCKETS, INSTRUCTION_EMBEDDING_SIZE, name="embed"
+        )
+        self._lstm = snt.LSTM(INSTRUCTION_LSTM_SIZE, name="lstm")
+
+    def __call__(self, instruction: tf.Tensor) -> tf.Tensor:
+        words = tf.strings.split(instruction)  # Ragged [B, (words)], on whitespace.
+        lengths = tf.cast(words.row_lengths(), tf.int32)  # [B]
+        ids = tf.strings.to_hash_bucket_fast(words, INSTRUCTION_HASH_BUCKETS)
+        embedded = self._embed(ids.to_tensor(default_value=0))  # [B, L, 20]
+        # One zero step at the end so the unroll always has at least one step
+        # (snt.dynamic_unroll needs T >= 1, and every Atari instruction is '').
+        # Padding and transposing the float embeddings rather than the integer
+        # ids keeps integer tensors away from oneDNN's CPU kernels, which log
+        # an error for them.
+        embedded = tf.pad(embedded, [[0, 0], [0, 1], [0, 0]])
+        embedded = tf.transpose(embedded, [1, 0, 2])  # [L + 1, B, 20], time-major.
+        batch_size = tf.shape(instruction)[0]
+        # With sequence_length the state is carried through unchanged past
+        # each row's end, so the final hidden state is the output at its last
+        # real word (and the zero initial state for an empty instruction).
+        _, final_state = snt.dynamic_unroll(
+            self._lstm,
+            embedded,
+            self._lstm.initial_state(batch_size),
+            sequence_length=lengths,
+        )
+        return final_state.hidden
+
+
+class Agent(snt.Module):
+    """IMPALA agent: `unroll` over [T, B, ...] and a one-step `__call__`."""
+
+    def __init__(self, num_actions: int, torso: str = "deep", name: str = "agent"):
+        super().__init__(name=name)
+        if torso not in TORSOS:
+            raise ValueError(f"torso={torso!r} is not one of {TORSOS}")
+        self._num_actions = num_actions
+        self._torso_kind = torso
+        with self.name_scope:
+            self._torso = _DeepTorso() if torso == "deep" else _ShallowTorso()
+            self._instruction = _InstructionEncoder()
+            self._core = snt.LSTM(CORE_LSTM_SIZE, name="core_lstm")
+            self._policy = snt.Linear(num_actions, name="policy_logits")
+            self._baseline = snt.Linear(1, name="baseline")
+
+    @property
+    def num_actions(self) -> int:
+        return self._num_actions
+
+    @property
+    def built(self) -> bool:
+        """Whether every variable exists (the agent has been called once).
+
+        Variables are created on the first call, which must happen in the
+        main graph: a tf.scan or tf.while_loop body cannot create them.
+        """
+        return hasattr(self._baseline, "w")  # snt.Linear makes w on its first call.
+
+    def initial_state(self, batch_size) -> snt.LSTMState:
+        """Zero core state: LSTMState(hidden [B, 256], cell [B, 256])."""
+        return self._core.initial_state(batch_size)
+
+    def _encode(self, last_actions: tf.Tensor, env_outputs) -> tf.Tensor:
+        """Per-step features before the core: inputs [N, ...] -> [N, D]."""
+        frame, instruction = env_outputs.observation
+        frame = tf.cast(frame, tf.float32) / 255.0
+        torso = self._torso(frame)
+        reward = tf.clip_by_value(tf.cast(env_outputs.reward, tf.float32), -1.0, 1.0)
+        one_hot = tf.one_hot(last_actions, self._num_actions)
+        return tf.concat(
+            [torso, reward[:, None], one_hot, self._instruction(instruction)], axis=1
+        )
+
+    def _head(self, core_output: tf.Tensor) -> AgentOutput:
+        """[N, 256] -> AgentOutput(action [N], logits [N, A], baseline [N])."""
+        logits = self._policy(core_output)
+        baseline = tf.squeeze(self._baseline(core_output), axis=-1)
+        action = tf.random.categorical(logits, num_samples=1, dtype=tf.int32)
+        return AgentOutput(tf.squeeze(action, axis=1), logits, baseline)
+
+    def unroll(self, actions: tf.Tensor, env_outputs, core_state):
+        """Runs the agent over a time-major sequence.
+
+        Args:
+          actions: int32 [T, B], the action taken *before* each env output
+            (the "last action" input).
+          env_outputs: StepOutput with reward [T, B], done bool [T, B],
+            observation (frame uint8 [T, B, H, W, C], instruction string [T, B]).
+          core_state: LSTMState of [B, 256] tensors, the state before step 0.
+
+        Returns:
+          (AgentOutput with action [T, B], policy_logits [T, B, A],
+           baseline [T, B]; the core state after the last step).
+        """
+        # The torso and instruction encoder have no recurrence: run them on
+        # all T * B steps at once.
+        features = snt.BatchApply(self._encode, num_dims=2)(actions, env_outputs)
+        done = env_outputs.done
+        initial = self.initial_state(tf.shape(actions)[1])
+        core_outputs = []
+        # T is static (unroll_length + 1), so a Python loop is fine and lets
+        # the state be reset between steps.
+        for feature_t, done_t in zip(
+            tf.unstack(features), tf.unstack(done), strict=True
+        ):
+            # done at step t means this observation starts a new episode: the
+            # core must not carry memory across the episode boundary.
+            core_state = tf.nest.map_structure(
+                lambda init, s, d=done_t: tf.where(d[:, None], init, s),
+                initial,
+                core_state,
+            )
+            output, core_state = self._core(feature_t, core_state)
+            core_outputs.append(output)
+        agent_output = snt.BatchApply(self._head, num_dims=2)(tf.stack(core_outputs))
+        return agent_output, core_state
+
+    def __call__(self, last_actions: tf.Tensor, env_outputs, core_state):
+        """One step: inputs [B, ...] -> (AgentOutput [B, ...], core_state)."""
+        expanded_actions, expanded_env = tf.nest.map_structure(
+            lambda t: tf.expand_dims(t, 0), (last_actions, env_outputs)
+        )
+        output, core_state = self.unroll(expanded_actions, expanded_env, core_state)
+        return tf.nest.map_structure(lambda t: tf.squeeze(t, 0), output), core_state
+
+
+def count_parameters(variables: Sequence[tf.Variable]) -> int:
+    """Total number of scalars in `variables`."""
+    return sum(int(v.shape.num_elements()) for v in variables)

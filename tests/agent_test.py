@@ -1,0 +1,207 @@
+"""Tests for agent.py: shapes, state reset, variable sharing, sizes."""
+
+import collections
+
+import numpy as np
+import pytest
+import sonnet as snt
+import tensorflow as tf
+
+import agent as agent_lib
+
+# The agent reads only reward, done and observation; this mirrors
+# environments.StepOutput so the test does not depend on environments.py.
+StepOutput = collections.namedtuple("StepOutput", "reward info done observation")
+Info = collections.namedtuple("Info", "episode_return episode_step")
+
+ATARI_FRAME = (84, 84, 4)
+DMLAB_FRAME = (72, 96, 3)
+
+
+def make_env_outputs(
+    leading, frame_shape=ATARI_FRAME, instruction="", seed=0, done=None
+):
+    """Random numpy env outputs with leading dims `leading` ([T, B] or [B])."""
+    rng = np.random.RandomState(seed)
+    leading = tuple(leading)
+    if done is None:
+        done = np.zeros(leading, bool)
+    return StepOutput(
+        reward=rng.uniform(-3, 3, leading).astype(np.float32),
+        info=Info(np.zeros(leading, np.float32), np.zeros(leading, np.int32)),
+        done=np.asarray(done, bool),
+        observation=(
+            rng.randint(0, 256, leading + frame_shape).astype(np.uint8),
+            np.full(leading, instruction, dtype=object),
+        ),
+    )
+
+
+def to_constants(nest):
+    return tf.nest.map_structure(tf.constant, nest)
+
+
+def run(fetches):
+    with tf.compat.v1.Session() as session:
+        session.run(tf.compat.v1.global_variables_initializer())
+        return session.run(fetches)
+
+
+@pytest.mark.parametrize(
+    "torso,frame_shape",
+    [("deep", ATARI_FRAME), ("shallow", ATARI_FRAME), ("deep", DMLAB_FRAME)],
+)
+def test_output_shapes(torso, frame_shape):
+    num_actions, t, b = 6, 5, 3
+    with tf.Graph().as_default():
+        agent = agent_lib.Agent(num_actions, torso=torso)
+        env = to_constants(make_env_outputs([t, b], frame_shape, "go to the red ball"))
+        actions = tf.zeros([t, b], tf.int32)
+        out, state = agent.unroll(actions, env, agent.initial_state(b))
+        step_env = tf.nest.map_structure(lambda x: x[0], env)
+        step_out, step_state = agent(actions[0], step_env, agent.initial_state(b))
+
+        assert out.action.shape == (t, b) and out.action.dtype == tf.int32
+        assert out.policy_logits.shape == (t, b, num_actions)
+        assert out.baseline.shape == (t, b)
+        assert step_out.action.shape == (b,)
+        assert step_out.policy_logits.shape == (b, num_actions)
+        assert step_out.baseline.shape == (b,)
+        for s in (*state, *step_state):
+            assert s.shape == (b, agent_lib.CORE_LSTM_SIZE)
+
+        out_v, step_v = run((out, step_out))
+        assert np.all((out_v.action >= 0) & (out_v.action < num_actions))
+        assert np.all((step_v.action >= 0) & (step_v.action < num_actions))
+        assert np.all(np.isfinite(out_v.policy_logits))
+
+
+def test_core_state_resets_where_done():
+    """A done at step k gives the same outputs as a fresh start at step k."""
+    t, b, k = 4, 2, 1
+    done = np.zeros([t, b], bool)
+    done[k, 1] = True
+    env_np = make_env_outputs([t, b], done=done, seed=1)
+    actions_np = np.random.RandomState(2).randint(0, 4, [t, b]).astype(np.int32)
+    with tf.Graph().as_default():
+        agent = agent_lib.Agent(4, torso="shallow")
+        # A non-zero incoming state, so that a missing reset would show.
+        nonzero = snt.LSTMState(
+            hidden=tf.fill([b, 256], 0.5), cell=tf.fill([b, 256], -0.7)
+        )
+        full, _ = agent.unroll(tf.constant(actions_np), to_constants(env_np), nonzero)
+        tail_env = to_constants(tf.nest.map_structure(lambda x: x[k:], env_np))
+        tail, _ = agent.unroll(
+            tf.constant(actions_np[k:]), tail_env, agent.initial_state(b)
+        )
+        full_v, tail_v = run((full, tail))
+    # Element 1 was reset at step k: identical to starting fresh there.
+    np.testing.assert_allclose(
+        full_v.policy_logits[k:, 1], tail_v.policy_logits[:, 1], atol=1e-5
+    )
+    np.testing.assert_allclose(full_v.baseline[k:, 1], tail_v.baseline[:, 1], atol=1e-5)
+    # Element 0 was not reset: it still remembers the non-zero state.
+    assert not np.allclose(full_v.baseline[k:, 0], tail_v.baseline[:, 0], atol=1e-5)
+
+
+def test_variables_created_once_and_shared():
+    """Learner unroll, one-step call and a tf.scan loop use the same variables."""
+    b = 2
+    with tf.Graph().as_default():
+        agent = agent_lib.Agent(3, torso="deep")
+        env = to_constants(make_env_outputs([5, b]))
+        agent.unroll(tf.zeros([5, b], tf.int32), env, agent.initial_state(b))
+        n_global = len(tf.compat.v1.global_variables())
+        names = sorted(v.name for v in agent.trainable_variables)
+
+        step_env = tf.nest.map_structure(lambda x: x[0], env)
+        agent(tf.zeros([b], tf.int32), step_env, agent.initial_state(b))
+
+        def body(carry, _):
+            out, state = agent(carry, step_env, agent.initial_state(b))
+            return out.action
+
+        tf.scan(body, tf.range(3), initializer=tf.zeros([b], tf.int32))
+
+        assert len(tf.compat.v1.global_variables()) == n_global
+        assert sorted(v.name for v in agent.trainable_variables) == names
+        assert len(tf.compat.v1.trainable_variables()) == len(names)
+
+
+def _expected_parameters(torso: str, num_actions: int) -> int:
+    def conv(k, c_in, c_out):
+        return k * k * c_in * c_out + c_out
+
+    def lstm(n_in, n_hidden):
+        return (n_in + n_hidden) * 4 * n_hidden + 4 * n_hidden
+
+    if torso == "deep":
+        # 84 -> 42 -> 21 -> 11 (three max-pools, stride 2, SAME padding).
+        convs = 0
+        c_in = 4
+        for c, blocks in agent_lib.DEEP_STAGES:
+            convs += conv(3, c_in, c) + 2 * blocks * conv(3, c, c)
+            c_in = c
+        flat = 11 * 11 * 32
+    else:
+        # 84 -> 20 (8x8 stride 4) -> 9 (4x4 stride 2), VALID padding.
+        convs = conv(8, 4, 16) + conv(4, 16, 32)
+        flat = 9 * 9 * 32
+    fc = flat * 256 + 256
+    instruction = 1000 * 20 + lstm(20, 64)
+    core = lstm(256 + 1 + num_actions + 64, 256)
+    heads = 256 * num_actions + num_actions + 256 + 1
+    return convs + fc + instruction + core + heads
+
+
+@pytest.mark.parametrize(
+    "torso,expected", [("deep", 1_730_807), ("shallow", 1_317_719)]
+)
+def test_parameter_counts(torso, expected):
+    num_actions = 6
+    with tf.Graph().as_default():
+        agent = agent_lib.Agent(num_actions, torso=torso)
+        agent(
+            tf.zeros([1], tf.int32),
+            to_constants(make_env_outputs([1])),
+            agent.initial_state(1),
+        )
+        count = agent_lib.count_parameters(agent.trainable_variables)
+    assert count == _expected_parameters(torso, num_actions) == expected
+
+
+def test_instruction_encoding_is_length_aware_and_empty_is_zero():
+    with tf.Graph().as_default():
+        agent = agent_lib.Agent(4, torso="shallow")
+        encoder = agent._instruction  # noqa: SLF001 - testing the submodule
+        batch = encoder(tf.constant(["", "go to red", "go  to red", "go to red now"]))
+        alone = encoder(tf.constant(["go to red"]))
+        batch_v, alone_v = run((batch, alone))
+    assert batch_v.shape == (4, agent_lib.INSTRUCTION_LSTM_SIZE)
+    np.testing.assert_array_equal(batch_v[0], 0.0)
+    # Padding after the last word (from the longer row) changes nothing, and
+    # repeated spaces are not words.
+    np.testing.assert_allclose(batch_v[1], alone_v[0], atol=1e-6)
+    np.testing.assert_allclose(batch_v[2], alone_v[0], atol=1e-6)
+    assert not np.allclose(batch_v[3], alone_v[0], atol=1e-3)
+
+
+def test_gradients_reach_every_variable():
+    t, b = 3, 2
+    with tf.Graph().as_default():
+        agent = agent_lib.Agent(5, torso="deep")
+        env = to_constants(make_env_outputs([t, b], instruction="pick the apple"))
+        out, _ = agent.unroll(tf.zeros([t, b], tf.int32), env, agent.initial_state(b))
+        loss = tf.reduce_sum(out.policy_logits) + tf.reduce_sum(out.baseline)
+        grads = tf.gradients(loss, agent.trainable_variables)
+        missing = [
+            v.name
+            for v, g in zip(agent.trainable_variables, grads, strict=True)
+            if g is None
+        ]
+        assert not missing
+
+
+def test_unknown_torso_is_an_error():
+    with pytest.raises(ValueError, match="torso"):
+        agent_lib.Agent(4, torso="medium")

@@ -1,0 +1,483 @@
+"""End-to-end tests of experiment.py on the real ALE (atari/pong).
+
+Training, resuming and test mode run experiment.py in subprocesses with small
+sizes (2 actors, batch 2, unroll 20, the shallow agent, about 2000 frames);
+the learning check and flag checks run in-process. Every subprocess has a
+timeout, so a hang fails the test instead of stalling CI.
+"""
+
+import glob
+import json
+import os
+import subprocess
+import sys
+import time
+import types
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from absl import flags
+from absl.testing import flagsaver
+
+import agent as agent_lib
+import experiment
+import py_process
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(REPO_ROOT, "experiment.py")
+FLAGS = flags.FLAGS
+
+# 2 actors, batch 2, unroll 20, 4 action repeats: 160 frames per update.
+SMALL = [
+    "--level_name=atari/pong",
+    "--agent=shallow",
+    "--num_actors=2",
+    "--batch_size=2",
+    "--unroll_length=20",
+]
+FRAMES_PER_UPDATE = 2 * 20 * 4
+FIRST_TARGET = 2000
+SECOND_TARGET = 3000
+RUN_TIMEOUT_S = 150
+
+
+def expected_frames(target: int, start: int = 0) -> int:
+    """The frame count after training from `start` until >= target."""
+    updates = -(-(target - start) // FRAMES_PER_UPDATE)  # ceil
+    return start + updates * FRAMES_PER_UPDATE
+
+
+def command(*args: str) -> list[str]:
+    return [sys.executable, SCRIPT, *args]
+
+
+def run_experiment(*args: str, timeout: float = RUN_TIMEOUT_S):
+    return subprocess.run(
+        command(*args), cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def saved_frames(logdir: str) -> int:
+    reader = tf.train.load_checkpoint(logdir)
+    return int(reader.get_tensor("global_step"))
+
+
+def summary_tags(logdir: str) -> set[str]:
+    tags = set()
+    for path in glob.glob(os.path.join(logdir, "events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            tags.update(value.tag for value in event.summary.value)
+    return tags
+
+
+# -- sockets --------------------------------------------------------------------
+
+
+def _process_tree(pid: int) -> list[int]:
+    """pid and all its descendants (from /proc/<pid>/task/*/children)."""
+    pids, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        pids.append(p)
+        for children in glob.glob(f"/proc/{p}/task/*/children"):
+            try:
+                with open(children) as f:
+                    todo.extend(int(c) for c in f.read().split())
+            except OSError:
+                pass  # The task ended meanwhile.
+    return pids
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    inodes = set()
+    for fd in glob.glob(f"/proc/{pid}/fd/*"):
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    return inodes
+
+
+def _open_ports() -> dict[str, str]:
+    """inode -> 'proto local_address' for TCP listeners and bound UDP sockets."""
+    ports = {}
+    for proto in ("tcp", "tcp6", "udp", "udp6"):
+        try:
+            with open(f"/proc/net/{proto}") as f:
+                lines = f.readlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if proto.startswith("udp") or state == "0A":  # 0A: TCP_LISTEN
+                ports[inode] = f"{proto} {local}"
+    return ports
+
+
+def listening_sockets(pid: int) -> list[str]:
+    """The open network ports held by pid or its descendants."""
+    ports = _open_ports()
+    found = []
+    for p in _process_tree(pid):
+        for inode in _socket_inodes(p):
+            if inode in ports:
+                found.append(f"pid {p}: {ports[inode]}")
+    return found
+
+
+# -- the training run shared by several tests -----------------------------------
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """One short training run; scans for open ports while it trains."""
+    logdir = str(tmp_path_factory.mktemp("train"))
+    log_path = os.path.join(logdir, "stderr.txt")
+    start = time.time()
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(
+            command(
+                *SMALL,
+                f"--logdir={logdir}",
+                f"--total_environment_frames={FIRST_TARGET}",
+            ),
+            cwd=REPO_ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        sockets, scans = [], 0
+        try:
+            # The session exists once the first checkpoint (step 0) is
+            # written; scan from then until the run ends.
+            while process.poll() is None and time.time() - start < RUN_TIMEOUT_S:
+                if os.path.exists(os.path.join(logdir, "checkpoint")):
+                    sockets += listening_sockets(process.pid)
+                    scans += 1
+                time.sleep(0.2)
+            returncode = process.wait(
+                timeout=max(1, RUN_TIMEOUT_S - (time.time() - start))
+            )
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    with open(log_path) as f:
+        output = f.read()
+    return types.SimpleNamespace(
+        logdir=logdir,
+        returncode=returncode,
+        output=output,
+        sockets=sockets,
+        scans=scans,
+    )
+
+
+def test_training_exits_0_with_checkpoint_events_and_frames(trained):
+    assert trained.returncode == 0, trained.output[-3000:]
+    assert tf.train.latest_checkpoint(trained.logdir)
+    assert saved_frames(trained.logdir) == expected_frames(FIRST_TARGET)
+    tags = summary_tags(trained.logdir)
+    for tag in ("total_loss", "learning_rate", "loss/baseline", "policy_entropy"):
+        assert tag in tags, sorted(tags)
+    assert "Traceback" not in trained.output
+    # The fallback warning is for the default level only, not an explicit one.
+    assert "DeepMind Lab is not installed" not in trained.output
+
+
+def test_single_machine_training_opens_no_listening_socket(trained):
+    assert trained.returncode == 0, trained.output[-3000:]
+    assert trained.scans > 0, "the run ended before a scan could happen"
+    assert trained.sockets == []
+
+
+def test_rerun_resumes_from_checkpoint(trained):
+    first = saved_frames(trained.logdir)
+    result = run_experiment(
+        *SMALL,
+        f"--logdir={trained.logdir}",
+        f"--total_environment_frames={SECOND_TARGET}",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"Resuming from a checkpoint at {first} environment frames" in result.stderr
+    assert saved_frames(trained.logdir) == expected_frames(SECOND_TARGET, first)
+
+
+def test_test_mode_plays_an_episode_and_writes_json(trained):
+    result = run_experiment(
+        *SMALL, f"--logdir={trained.logdir}", "--mode=test", "--test_num_episodes=1"
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    with open(os.path.join(trained.logdir, experiment.TEST_RESULTS_FILE)) as f:
+        results = json.load(f)
+    pong = results["levels"]["atari/pong"]
+    assert len(pong["returns"]) == 1
+    # A Pong game ends when one side reaches 21 points.
+    assert -21 <= pong["mean_return"] <= 21
+    assert "mean return" in result.stderr
+
+
+def test_checkpoint_of_another_agent_is_a_clear_error(trained, capsys):
+    if not FLAGS.is_parsed():
+        FLAGS.mark_as_parsed()
+    values = dict(
+        level_name="atari/pong", logdir=trained.logdir, mode="test", agent="deep"
+    )
+    with flagsaver.flagsaver(**values), pytest.raises(SystemExit) as exit_info:
+        experiment.main(["experiment.py"])
+    assert exit_info.value.code == 2
+    check_one_error_line(capsys.readouterr().err, "checkpoint does not fit")
+
+
+# -- bad flags: one line, non-zero exit, no traceback ---------------------------
+
+
+# Run as real processes (exit status, no traceback); the others in-process.
+BAD_FLAG_PROCESSES = {
+    "unknown_level": (
+        ["--level_name=atari/not_a_game"],
+        "--level_name='atari/not_a_game'",
+    ),
+    "zero_batch": (["--level_name=atari/pong", "--batch_size=0"], "--batch_size=0"),
+}
+
+
+@pytest.fixture(scope="module")
+def bad_flag_runs(tmp_path_factory):
+    """The bad-flag processes at once (each mostly waits for TF's import)."""
+    processes = {}
+    for name, (args, _) in BAD_FLAG_PROCESSES.items():
+        logdir = str(tmp_path_factory.mktemp(name))
+        processes[name] = subprocess.Popen(
+            command(f"--logdir={logdir}", *args),
+            cwd=REPO_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    results = {}
+    try:
+        for name, process in processes.items():
+            _, stderr = process.communicate(timeout=120)
+            results[name] = (process.returncode, stderr)
+    finally:
+        for process in processes.values():
+            if process.poll() is None:
+                process.kill()
+    return results
+
+
+def check_one_error_line(stderr: str, expected: str) -> None:
+    assert "Traceback" not in stderr
+    # TensorFlow's import may print its own banner lines; ours is one line.
+    ours = [line for line in stderr.splitlines() if line.startswith("experiment.py:")]
+    assert len(ours) == 1, stderr
+    assert ours[0].startswith("experiment.py: error: ")
+    assert expected in ours[0]
+
+
+@pytest.mark.parametrize("name", sorted(BAD_FLAG_PROCESSES))
+def test_bad_flags_exit_nonzero_with_one_line(bad_flag_runs, name):
+    returncode, stderr = bad_flag_runs[name]
+    assert returncode == 2, stderr[-3000:]
+    check_one_error_line(stderr, BAD_FLAG_PROCESSES[name][1])
+
+
+@pytest.mark.parametrize(
+    "overrides,expected",
+    [
+        (dict(total_environment_frames=-5), "--total_environment_frames=-5"),
+        (dict(num_actors=0), "--num_actors=0"),
+        (dict(unroll_length=0), "--unroll_length=0"),
+        (dict(mode="test"), "no checkpoint"),
+        (dict(level_name="explore_goal_locations_small"), "DeepMind Lab"),
+    ],
+)
+def test_bad_flags_in_process(overrides, expected, tmp_path, capsys):
+    if "level_name" in overrides and experiment.environments.deepmind_lab_available():
+        pytest.skip("DeepMind Lab is installed here")
+    if not FLAGS.is_parsed():
+        FLAGS.mark_as_parsed()
+    values = dict(level_name="atari/pong", logdir=str(tmp_path))
+    values.update(overrides)
+    with flagsaver.flagsaver(**values), pytest.raises(SystemExit) as exit_info:
+        experiment.main(["experiment.py"])
+    assert exit_info.value.code == 2
+    check_one_error_line(capsys.readouterr().err, expected)
+
+
+def test_validate_flags_accepts_more_unrolls_than_actors():
+    # One actor fills a batch of 8 over time: not an error.
+    values = {name: FLAGS[name].default for name in FLAGS}
+    values.update(batch_size=8, num_actors=1, mode="train")
+    experiment.validate_flags(types.SimpleNamespace(**values))
+
+
+def test_default_level_falls_back_to_pong_without_deepmind_lab():
+    level, warning = experiment.resolve_level_name(
+        experiment.DEFAULT_LEVEL, is_default=True, deepmind_lab_available=False
+    )
+    assert level == "atari/pong" and "DeepMind Lab is not installed" in warning
+    level, warning = experiment.resolve_level_name(
+        experiment.DEFAULT_LEVEL, is_default=False, deepmind_lab_available=False
+    )
+    assert level == experiment.DEFAULT_LEVEL and warning is None
+    level, warning = experiment.resolve_level_name(
+        experiment.DEFAULT_LEVEL, is_default=True, deepmind_lab_available=True
+    )
+    assert level == experiment.DEFAULT_LEVEL and warning is None
+
+
+def test_clip_rewards():
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        rewards = tf.constant([-10.0, -0.5, 0.0, 0.5, 10.0])
+        abs_one, soft = session.run(
+            (
+                experiment.clip_rewards(rewards, "abs_one"),
+                experiment.clip_rewards(rewards, "soft_asymmetric"),
+            )
+        )
+    np.testing.assert_allclose(abs_one, [-1, -0.5, 0, 0.5, 1])
+    expected = 5 * np.tanh(np.array([-10, -0.5, 0, 0.5, 10]) / 5)
+    expected[:2] *= 0.3
+    np.testing.assert_allclose(soft, expected, rtol=1e-5)
+
+
+# -- learning sanity on a fixed, real batch -------------------------------------
+
+
+@pytest.fixture
+def small_flags():
+    if not FLAGS.is_parsed():
+        FLAGS.mark_as_parsed()
+    with flagsaver.flagsaver(
+        unroll_length=20, agent="shallow", batch_size=2, num_actors=2
+    ):
+        yield
+
+
+def collect_real_batch(num_unrolls: int = 2, max_tries: int = 40):
+    """Pong unrolls from real actors, each with a non-zero reward in it.
+
+    Also checks that consecutive unrolls of an actor overlap by one step.
+    """
+    level = "atari/pong"
+    with tf.Graph().as_default():
+        tf.compat.v1.set_random_seed(1)
+        agent = agent_lib.Agent(6, torso="shallow")
+        outputs = []
+        for i in range(num_unrolls):
+            _, env = experiment.create_environment(
+                level, seed=i + 1, level_names=[level]
+            )
+            output, _ = experiment.build_actor(agent, env, level, FLAGS.unroll_length)
+            outputs.append(output)
+        unrolls = []
+        with tf.compat.v1.train.SingularMonitoredSession(
+            hooks=[py_process.PyProcessHook()]
+        ) as session:
+            for output in outputs:
+                previous = None
+                for _ in range(max_tries):
+                    unroll = session.run(output)
+                    assert unroll.env_outputs.reward.shape == (FLAGS.unroll_length + 1,)
+                    if previous is not None:
+                        np.testing.assert_array_equal(
+                            unroll.env_outputs.observation[0][0],
+                            previous.env_outputs.observation[0][-1],
+                        )
+                        assert (
+                            unroll.agent_outputs.action[0]
+                            == (previous.agent_outputs.action[-1])
+                        )
+                    previous = unroll
+                    if np.any(unroll.env_outputs.reward[1:] != 0):
+                        unrolls.append(unroll)
+                        break
+                else:
+                    pytest.fail(f"no reward in {max_tries} Pong unrolls")
+    return unrolls
+
+
+def test_learner_updates_lower_the_loss_on_a_fixed_batch(small_flags):
+    unrolls = collect_real_batch()
+    config = experiment.learner_config_from_flags()
+    with tf.Graph().as_default():
+        tf.compat.v1.set_random_seed(2)
+        agent = agent_lib.Agent(6, torso="shallow")
+        batch = experiment.stack_unrolls(
+            [tf.nest.map_structure(tf.constant, u) for u in unrolls]
+        )
+        assert batch.env_outputs.reward.shape == (FLAGS.unroll_length + 1, 2)
+        learner = experiment.build_learner(
+            agent, batch.agent_state, batch.env_outputs, batch.agent_outputs, config
+        )
+        returns = learner.vtrace_returns
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            before, advantages, log_probs_before = session.run(
+                (learner.losses, returns.pg_advantages, returns.target_action_log_probs)
+            )
+            for _ in range(20):
+                frames = session.run(learner.train_and_count)
+            after, log_probs_after = session.run(
+                (learner.losses, returns.target_action_log_probs)
+            )
+    assert frames == 20 * FRAMES_PER_UPDATE
+    # The value function fits the batch's V-trace targets...
+    assert after.baseline < 0.8 * before.baseline, (before, after)
+    # ...and the policy-gradient loss with the advantages held fixed falls:
+    # actions with positive advantages became likelier, the others rarer.
+    surrogate_before = -np.sum(log_probs_before * advantages)
+    surrogate_after = -np.sum(log_probs_after * advantages)
+    assert surrogate_after < surrogate_before, (surrogate_before, surrogate_after)
+
+
+# -- episode logging ------------------------------------------------------------
+
+
+class _RecordingWriter:
+    def __init__(self):
+        self.values = {}
+
+    def add_summary(self, summary, step):
+        for value in summary.value:
+            self.values.setdefault(value.tag, []).append((step, value.simple_value))
+
+
+def test_episode_logger_logs_finished_episodes_and_suite_scores(small_flags):
+    import atari57
+    import environments
+
+    level_names = environments.expand_level_names("atari57")
+    writer = _RecordingWriter()
+    logger = experiment.EpisodeLogger(writer, "atari57", level_names)
+    info_type = environments.StepOutputInfo
+    # One batch per game: element 1 finishes an episode at step 2.
+    for i, level in enumerate(level_names):
+        done = np.zeros([4, 2], bool)
+        done[2, 1] = True
+        info = info_type(np.full([4, 2], float(i)), np.full([4, 2], 10, np.int32))
+        levels = np.array([b"atari/other", level.encode()])
+        logger.log(levels, done, info, num_env_frames=100 * (i + 1))
+    assert logger.num_episodes == len(level_names)
+    assert writer.values["atari/pong/episode_return"] == [
+        (
+            100 * (level_names.index("atari/pong") + 1),
+            float(level_names.index("atari/pong")),
+        )
+    ]
+    assert (
+        writer.values["atari/pong/episode_frames"][0][1]
+        == 10 * FLAGS.num_action_repeats
+    )
+    # Once every game has an episode, the human-normalised scores follow.
+    returns = {level: [float(i)] for i, level in enumerate(level_names)}
+    median, mean = atari57.compute_human_normalized_scores(returns)
+    for tag, expected in (("median", median), ("mean", mean)):
+        ((step, value),) = writer.values[f"atari57/training_{tag}"]
+        assert step == 100 * len(level_names)
+        assert value == pytest.approx(expected, rel=1e-6)  # float32 summaries
