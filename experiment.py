@@ -2142,6 +2142,11 @@ def build_actor_task(
         training_done = state.training_done.read_value()
     with tf.device(config.device):
         sync_weights = copy_weights_op(global_agent, local_agent)
+    # The learner's variables not initialised yet, run only for diagnostics.
+    uninitialized = tf.compat.v1.report_uninitialized_variables(
+        tf.compat.v1.global_variables()
+    )
+    uninitialized.mark_used()
     ops = ActorTaskOps(
         sync_weights=sync_weights,
         output=output,
@@ -2150,10 +2155,7 @@ def build_actor_task(
         enqueue=enqueue,
         training_done=training_done,
         confirm_finished=confirm_finished,
-        # The learner's variables not initialised yet, for diagnostics.
-        uninitialized=tf.compat.v1.report_uninitialized_variables(
-            tf.compat.v1.global_variables()
-        ),
+        uninitialized=uninitialized,
     )
     return ops, process
 

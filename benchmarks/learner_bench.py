@@ -1,0 +1,220 @@
+"""The learner alone: steps/s and frames/s it can consume, no actors (issue 9).
+
+Builds experiment.py's learner in-process, exactly as training does
+(`experiment.build_learner_pipeline`: dequeue `batch_size` unrolls, stack
+them time-major, stage them, V-trace loss, one RMSProp update), and feeds it
+random-but-valid unrolls (uint8 frames, sparse `done`, actions in range,
+finite logits/rewards) from a queue that is pre-filled before each timed
+stretch, so no actor or environment competes for the CPU. A second mode,
+"fixed batch", runs `experiment.build_learner` on one batch held in local
+variables (no queue, no stacking, no staging): the network's forward and
+backward pass and the update alone.
+
+For each agent (deep, shallow) and batch size (8, 32) at unroll 20: learner
+steps/s, the environment frames/s that rate consumes (batch x unroll x 4
+action repeats per step), ms per step and the cores the process used (CPU
+time / wall time), with the 1-minute load average. The session uses
+experiment.session_config(), as training does.
+
+    python3 benchmarks/learner_bench.py                 # ~2-4 min on 2 cores
+    python3 benchmarks/learner_bench.py --seconds 5 --agents shallow
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+LEVEL = "atari/pong"
+UNIQUE_UNROLLS = 8  # distinct random unrolls, enqueued round-robin
+
+
+def random_unrolls(specs, num_actions: int, count: int, rng):
+    """`count` random-but-valid unrolls: flat list of [count, ...] arrays."""
+    import numpy as np
+    import tensorflow as tf
+
+    flat = []
+    import tree  # dm-tree (a Sonnet dependency): paths of the nest
+
+    paths = ["/".join(map(str, p)) for p, _ in tree.flatten_with_path(specs)]
+    for path, spec in zip(paths, tf.nest.flatten(specs), strict=True):
+        shape = [count, *spec.shape.as_list()]
+        dtype = spec.dtype
+        if dtype == tf.uint8:
+            value = rng.randint(0, 256, size=shape, dtype=np.uint8)
+        elif dtype == tf.bool:  # done: an episode ends now and then
+            value = rng.random_sample(shape) < 0.01
+        elif dtype == tf.int32:  # actions (and episode steps)
+            value = rng.randint(0, num_actions, size=shape).astype(np.int32)
+        elif dtype == tf.string:
+            value = np.full(shape, LEVEL.encode() if "level_name" in path else b"", dtype=object)
+        elif "reward" in path:
+            value = rng.choice([-1.0, 0.0, 0.0, 0.0, 1.0], size=shape).astype(np.float32)
+        else:  # logits, baselines, core state, episode returns
+            value = rng.standard_normal(shape).astype(np.float32)
+        flat.append(value)
+    return flat
+
+
+def bench_config(experiment, agent_name: str, batch_size: int, unroll: int, mode: str, seconds: float):
+    import numpy as np
+    import tensorflow as tf
+
+    import agent as agent_lib
+    import environments
+
+    f = experiment.FLAGS
+    f.agent = agent_name
+    f.batch_size = batch_size
+    f.unroll_length = unroll
+    level_names = [LEVEL]
+    num_actions = environments.num_actions(level_names)
+    config = experiment.learner_config_from_flags()
+    specs = experiment.actor_output_specs(LEVEL, level_names, num_actions)
+    rng = np.random.RandomState(0)
+    flat_data = random_unrolls(specs, num_actions, UNIQUE_UNROLLS, rng)
+    with tf.Graph().as_default():
+        tf.compat.v1.set_random_seed(1)
+        agent = agent_lib.Agent(num_actions, torso=agent_name)
+        flat_specs = tf.nest.flatten(specs)
+        if mode == "queue":
+            # Room for the whole pre-fill: the learner's queue itself has
+            # capacity 1 (actors block), this one is filled up front instead.
+            steps_per_fill = max(2, int(np.ceil(192 / batch_size)))
+            capacity = batch_size * (steps_per_fill + 1)
+            queue = tf.queue.FIFOQueue(capacity, [s.dtype for s in flat_specs], [s.shape for s in flat_specs])
+            placeholders = [tf.compat.v1.placeholder(s.dtype, [None, *s.shape]) for s in flat_specs]
+            enqueue_many = queue.enqueue_many(placeholders)
+            pipeline = experiment.build_learner_pipeline(agent, queue, specs, config, "/cpu:0")
+            train_op, stage_op = pipeline.learner.train_and_count, pipeline.stage_op
+            fetches = (train_op, stage_op)
+        else:
+            steps_per_fill = None
+            # One time-major batch, stacked once into local variables; each
+            # step reads it (no queue, no stacking, no staging).
+            constants = [
+                tf.nest.pack_sequence_as(specs, [tf.constant(d[i]) for d in flat_data])
+                for i in range(UNIQUE_UNROLLS)
+            ]
+            stacked = experiment.stack_unrolls([constants[i % UNIQUE_UNROLLS] for i in range(batch_size)])
+
+            def hold(t):
+                if t.dtype == tf.string:
+                    return t
+                variable = tf.compat.v1.Variable(
+                    t, trainable=False, collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES], use_resource=True
+                )
+                return variable.read_value()
+
+            batch = tf.nest.map_structure(hold, stacked)
+            learner = experiment.build_learner(agent, batch.agent_state, batch.env_outputs, batch.agent_outputs, config)
+            fetches = learner.train_and_count
+        with tf.compat.v1.Session(config=experiment.session_config()) as session:
+            session.run([tf.compat.v1.global_variables_initializer(), tf.compat.v1.local_variables_initializer()])
+
+            def fill(steps):
+                count = steps * batch_size
+                index = np.arange(count) % UNIQUE_UNROLLS
+                session.run(enqueue_many, dict(zip(placeholders, [d[index] for d in flat_data], strict=True)))
+
+            if mode == "queue":
+                fill(steps_per_fill + 1)
+                session.run(stage_op)
+            warmup = 2
+            for _ in range(warmup):
+                session.run(fetches)
+            timed_s, steps, cpu_s = 0.0, 0, 0.0
+            load_start = common.loadavg()
+            remaining = steps_per_fill - warmup if mode == "queue" else None
+            while timed_s < seconds or steps < 3:
+                if mode == "queue" and remaining == 0:
+                    fill(steps_per_fill)  # untimed
+                    remaining = steps_per_fill
+                t0, c0 = time.perf_counter(), sum(os.times()[:2])
+                session.run(fetches)
+                timed_s += time.perf_counter() - t0
+                cpu_s += sum(os.times()[:2]) - c0
+                steps += 1
+                if remaining is not None:
+                    remaining -= 1
+    steps_per_s = steps / timed_s
+    return {
+        "agent": agent_name,
+        "batch_size": batch_size,
+        "unroll_length": unroll,
+        "mode": mode,
+        "steps": steps,
+        "seconds": timed_s,
+        "learner_steps_per_s": steps_per_s,
+        "frames_per_s": steps_per_s * batch_size * unroll * experiment.FLAGS.num_action_repeats,
+        "ms_per_step": 1000 * timed_s / steps,
+        "cores": cpu_s / timed_s,
+        "cpu_ms_per_step": 1000 * cpu_s / steps,
+        "frames_per_cpu_s": steps * batch_size * unroll * experiment.FLAGS.num_action_repeats / cpu_s,
+        "load_start": load_start,
+        "load_end": common.loadavg(),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--agents", default="shallow,deep")
+    parser.add_argument("--batch_sizes", default="8,32")
+    parser.add_argument("--modes", default="queue,fixed")
+    parser.add_argument("--unroll_length", type=int, default=20)
+    parser.add_argument("--seconds", type=float, default=8.0, help="timed seconds per configuration")
+    parser.add_argument("--json", default=os.path.join(common.REPO, "benchmarks", "results", "learner.json"))
+    args = parser.parse_args()
+
+    import tensorflow as tf  # noqa: F401  (after TF_CPP_MIN_LOG_LEVEL)
+
+    import experiment
+
+    experiment.quiet_tensorflow_logging()
+    experiment.FLAGS(["learner_bench", f"--level_name={LEVEL}", "--num_actors=1"])
+    print(common.machine_line(), flush=True)
+    started = time.time()
+    results = []
+    for agent_name in args.agents.split(","):
+        for batch_size in map(int, args.batch_sizes.split(",")):
+            for mode in args.modes.split(","):
+                r = bench_config(experiment, agent_name, batch_size, args.unroll_length, mode, args.seconds)
+                results.append(r)
+                print(
+                    f"{agent_name:>7} B={batch_size:<3} {mode:>5}: {r['learner_steps_per_s']:.2f} steps/s, "
+                    f"{r['frames_per_s']:.0f} frames/s, {r['ms_per_step']:.0f} ms/step, {r['cores']:.2f} cores, "
+                    f"{r['cpu_ms_per_step']:.0f} CPU ms/step, "
+                    f"load {r['load_start']:.1f}-{r['load_end']:.1f}",
+                    flush=True,
+                )
+    print()
+    print(
+        "| agent | batch | unroll | input | learner steps/s | frames/s consumed | ms/step | cores used "
+        "| CPU ms/step | frames per CPU-second | load (start-end) |"
+    )
+    print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|")
+    for r in results:
+        mode = "pre-filled queue (dequeue, stack, stage)" if r["mode"] == "queue" else "fixed batch in variables"
+        print(
+            f"| {r['agent']} | {r['batch_size']} | {r['unroll_length']} | {mode} | {r['learner_steps_per_s']:.2f} "
+            f"| {r['frames_per_s']:.0f} | {r['ms_per_step']:.0f} | {r['cores']:.2f} | {r['cpu_ms_per_step']:.0f} "
+            f"| {r['frames_per_cpu_s']:.0f} | {r['load_start']:.1f}-{r['load_end']:.1f} |"
+        )
+    duration = time.time() - started
+    print(f"\n{duration:.0f} s")
+    os.makedirs(os.path.dirname(args.json), exist_ok=True)
+    with open(args.json, "w") as f:
+        json.dump({"machine": common.machine_info(), "duration_s": duration, "results": results}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,207 @@
+"""Learning curve of a training run: episode return against frames and time.
+
+Reads a run's TensorBoard events (every `events.out.tfevents.*` file under
+--logdir, via tf.compat.v1.train.summary_iterator; the `<level>/episode_return`
+summaries that experiment.py writes at each finished episode, with the
+environment frame count as the step) and, if given, its log file (`Episode on
+<level>: return R, ...` lines, with frames taken from the progress lines,
+used when the events have no episodes yet). Only reads: safe on a run in
+progress.
+
+Draws one figure with two panels (return against environment frames, and
+against wall-clock time since the run started), each episode as a dot and the
+rolling mean of the last --window (20) episodes as a line, and prints the
+frames and the time at which the rolling mean first reached each threshold
+(0 and +15 by default), or the best rolling mean reached.
+
+    python3 benchmarks/learning_curve.py --logdir /work/runs/pong_learning \\
+        --log /work/runs/pong_learning.log --out benchmarks/plots/pong_learning.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime
+import glob
+import json
+import os
+import re
+import sys
+
+Episode = collections.namedtuple("Episode", "wall_time frames episode_return")
+
+
+def read_events(logdir: str, tag_suffix: str = "/episode_return") -> tuple[list[Episode], float | None]:
+    """Episodes from every events file under logdir; and the earliest event time."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+    from tensorflow.python.util import deprecation
+
+    deprecation._PRINT_DEPRECATION_WARNINGS = False  # noqa: SLF001 (summary_iterator's notice)
+    episodes, start = [], None
+    paths = sorted(glob.glob(os.path.join(logdir, "**", "events.out.tfevents.*"), recursive=True))
+    for path in paths:
+        try:
+            for event in tf.compat.v1.train.summary_iterator(path):
+                start = event.wall_time if start is None else min(start, event.wall_time)
+                for value in event.summary.value:
+                    if value.tag.endswith(tag_suffix):
+                        episodes.append(Episode(event.wall_time, int(event.step), float(value.simple_value)))
+        except tf.errors.DataLossError:
+            pass  # The file's last record is still being written.
+    episodes.sort()
+    return episodes, start
+
+
+_TIME = r"^[IWE](\d{4}) (\d\d:\d\d:\d\d\.\d+)"
+_EPISODE = re.compile(_TIME + r".*Episode on \S+: return (-?[\d.]+)")
+_PROGRESS = re.compile(_TIME + r".*\] frames (\d+) \|")
+
+
+def read_log(path: str, year: int) -> tuple[list[Episode], float | None]:
+    """Episodes from an experiment.py log (absl lines); frames interpolated
+    from the progress lines ("frames N | ..."), every 10 s."""
+
+    def when(mmdd: str, hms: str) -> float:
+        stamp = datetime.datetime.strptime(f"{year}{mmdd} {hms}", "%Y%m%d %H:%M:%S.%f")
+        return stamp.replace(tzinfo=datetime.UTC).timestamp()
+
+    raw, progress, start = [], [], None
+    with open(path, errors="replace") as f:
+        for line in f:
+            m = _EPISODE.match(line)
+            if m:
+                raw.append((when(m.group(1), m.group(2)), float(m.group(3))))
+            m = _PROGRESS.match(line)
+            if m:
+                progress.append((when(m.group(1), m.group(2)), int(m.group(3))))
+            if start is None:
+                m = re.match(_TIME, line)
+                if m:
+                    start = when(m.group(1), m.group(2))
+    if not progress:
+        return [], start
+    import numpy as np
+
+    times, frames = zip(*progress, strict=True)
+    episodes = [Episode(t, int(np.interp(t, times, frames)), r) for t, r in raw]
+    return episodes, start
+
+
+def rolling_mean(values, window: int):
+    import numpy as np
+
+    values = np.asarray(values, dtype=float)
+    cumulative = np.cumsum(np.insert(values, 0, 0.0))
+    out = np.empty_like(values)
+    for i in range(len(values)):
+        lo = max(0, i + 1 - window)
+        out[i] = (cumulative[i + 1] - cumulative[lo]) / (i + 1 - lo)
+    return out
+
+
+def summarize(episodes: list[Episode], start: float, window: int, thresholds) -> dict:
+    rolling = rolling_mean([e.episode_return for e in episodes], window)
+    full = list(range(window - 1, len(episodes)))  # rolling means over a full window
+    summary = {
+        "episodes": len(episodes),
+        "last_frames": episodes[-1].frames,
+        "last_time_s": episodes[-1].wall_time - start,
+        "window": window,
+        "thresholds": {},
+    }
+    if full:
+        best = max(full, key=lambda i: rolling[i])
+        summary["best_rolling_mean"] = float(rolling[best])
+        summary["best_at_frames"] = episodes[best].frames
+        summary["best_at_time_s"] = episodes[best].wall_time - start
+        summary["final_rolling_mean"] = float(rolling[-1])
+    for threshold in thresholds:
+        hit = next((i for i in full if rolling[i] >= threshold), None)
+        summary["thresholds"][str(threshold)] = (
+            None
+            if hit is None
+            else {"frames": episodes[hit].frames, "time_s": episodes[hit].wall_time - start}
+        )
+    return summary
+
+
+def plot(episodes, start, window, thresholds, out, title):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    returns = np.array([e.episode_return for e in episodes])
+    frames = np.array([e.frames for e in episodes]) / 1e6
+    minutes = (np.array([e.wall_time for e in episodes]) - start) / 60.0
+    rolling = rolling_mean(returns, window)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    for ax, x, label in ((axes[0], frames, "environment frames (millions)"), (axes[1], minutes, "wall-clock time (minutes since start)")):
+        ax.scatter(x, returns, s=6, alpha=0.25, color="tab:blue", label="episode return")
+        ax.plot(x, rolling, color="tab:red", lw=1.8, label=f"mean of the last {window} episodes")
+        for threshold in thresholds:
+            ax.axhline(threshold, color="grey", lw=0.8, ls=":")
+        ax.set_xlabel(label)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("episode return")
+    axes[0].legend(loc="upper left", fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    fig.savefig(out, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--logdir", help="the run's --logdir (TensorBoard events)")
+    parser.add_argument("--log", help="the run's log file (stdout/stderr of experiment.py)")
+    parser.add_argument("--out", default="benchmarks/plots/learning_curve.png")
+    parser.add_argument("--window", type=int, default=20)
+    parser.add_argument("--thresholds", default="0,15")
+    parser.add_argument("--year", type=int, default=datetime.datetime.now(datetime.UTC).year, help="log lines carry no year")
+    parser.add_argument("--title", default="")
+    parser.add_argument("--json", help="also write the summary here")
+    args = parser.parse_args()
+    if not args.logdir and not args.log:
+        parser.error("give --logdir (events) and/or --log (log file)")
+    thresholds = [float(t) for t in args.thresholds.split(",") if t]
+    episodes, start, source = [], None, None
+    if args.logdir:
+        episodes, start = read_events(args.logdir)
+        source = "events"
+    if not episodes and args.log:
+        episodes, start = read_log(args.log, args.year)
+        source = "log"
+    elif args.log:  # The log's first line is the process start: earlier than the events file.
+        _, log_start = read_log(args.log, args.year)
+        if log_start is not None and start is not None and log_start < start:
+            start = log_start
+    if not episodes:
+        sys.exit("learning_curve.py: no finished episodes found in " + " / ".join(filter(None, [args.logdir, args.log])))
+    summary = summarize(episodes, start, args.window, thresholds)
+    summary["source"] = source
+    title = args.title or f"{args.logdir or args.log}: {len(episodes)} episodes"
+    plot(episodes, start, args.window, thresholds, args.out, title)
+    print(f"{summary['episodes']} episodes (from {source}); last at {summary['last_frames']:,} frames, {summary['last_time_s'] / 60:.1f} min.")
+    if "best_rolling_mean" in summary:
+        print(
+            f"Rolling mean of the last {args.window}: final {summary['final_rolling_mean']:.2f}; best "
+            f"{summary['best_rolling_mean']:.2f} at {summary['best_at_frames']:,} frames, "
+            f"{summary['best_at_time_s'] / 60:.1f} min."
+        )
+    for threshold, hit in summary["thresholds"].items():
+        if hit:
+            print(f"Reached {float(threshold):+g}: at {hit['frames']:,} frames, {hit['time_s'] / 60:.1f} min.")
+        else:
+            print(f"Reached {float(threshold):+g}: not (yet).")
+    print(f"Plot: {args.out}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(summary, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,381 @@
+"""Single-machine training throughput against the raw-ALE ceiling (issue 9).
+
+Runs experiment.py (its own `main`, in a child process per configuration; see
+common.run_experiment) on atari/pong and reports environment frames/s over a
+steady window that starts `--warmup_s` after the first learner step (start-up
+excluded), next to the ceiling measured in the same invocation: every core
+stepping `atari.PyProcessAtari` in its own process with the training
+preprocessing and random actions, no agent, no TensorFlow (measured at the
+start and at the end of the invocation; the ratio uses their mean).
+
+Parts (each one invocation; `--part=all` runs them in turn):
+  shallow  shallow agent, num_actors 1, 2, 4, 8, 16, with and without
+           dynamic batching, batch_size 8, unroll_length 20
+  deep     deep agent, num_actors 4 and 16 (trimmed: the deep agent is ~4x
+           slower per frame, so its 1/2/8-actor runs are left out), with and
+           without dynamic batching, batch 8, unroll 20
+  peer     the MonoBeast comparison: shallow agent, 4 actors, batch 8,
+           unroll 80, with and without dynamic batching; agent steps/s
+           against MonoBeast's published-in-the-issue figures (given facts,
+           not measured here): 150 agent steps/s with an LSTM (target 1.5x =
+           225) and 610 feed-forward (stretch)
+  profile  shallow agent, 8 actors, batch 8, unroll 20: the CPU time of each
+           thread group and process over the window (/proc), optionally
+           `--py_spy` samples; with `--baseline_code=git:REV` the same run of
+           the code at REV first (before/after a fix, interleaved)
+
+Each configuration's child is a fresh process, so start-up (TensorFlow
+import, graph build, children start) costs 30-90 s per run on a loaded
+2-core machine; a part takes 4-12 minutes. Figures go to stdout, a JSON file
+per part under benchmarks/results/ and, with --plot, benchmarks/plots/.
+
+    python3 benchmarks/throughput_bench.py --part=shallow
+    python3 benchmarks/throughput_bench.py --part=deep
+    python3 benchmarks/throughput_bench.py --part=peer
+    python3 benchmarks/throughput_bench.py --part=profile --py_spy
+    python3 benchmarks/throughput_bench.py --plot     # plots from the JSON files
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+RESULTS_DIR = os.path.join(common.REPO, "benchmarks", "results")
+PLOTS_DIR = os.path.join(common.REPO, "benchmarks", "plots")
+FRAMES_PER_AGENT_STEP = 4
+
+MONOBEAST_LSTM_STEPS = 150  # agent steps/s, given in issue 9 (not measured here)
+MONOBEAST_FF_STEPS = 610
+
+PARTS = {
+    "shallow": [
+        dict(agent="shallow", num_actors=n, batch_size=8, unroll_length=20, dynamic_batching=b)
+        for n in (1, 2, 4, 8, 16)
+        for b in (True, False)
+    ],
+    "deep": [
+        dict(agent="deep", num_actors=n, batch_size=8, unroll_length=20, dynamic_batching=b)
+        for n in (4, 16)
+        for b in (True, False)
+    ],
+    "peer": [
+        dict(agent="shallow", num_actors=4, batch_size=8, unroll_length=80, dynamic_batching=b)
+        for b in (True, False)
+    ],
+    "profile": [
+        dict(agent="shallow", num_actors=8, batch_size=8, unroll_length=20, dynamic_batching=True)
+    ],
+}
+
+
+def export_git_revision(revision: str) -> str:
+    """The repository's top-level files at `revision`, in a temporary dir."""
+    import tempfile
+
+    target = tempfile.mkdtemp(prefix="bench_rev_")
+    names = subprocess.run(
+        ["git", "ls-tree", "--name-only", revision],
+        cwd=common.REPO, check=True, capture_output=True, text=True,
+    ).stdout.split()
+    for name in names:
+        if name.endswith(".py") or name == "batcher.cc":
+            content = subprocess.run(
+                ["git", "show", f"{revision}:{name}"],
+                cwd=common.REPO, check=True, capture_output=True,
+            ).stdout
+            with open(os.path.join(target, name), "wb") as f:
+                f.write(content)
+    return target
+
+
+def flags_for(config: dict, supports_batching_flag: bool = True) -> dict:
+    flags = dict(config, total_environment_frames=10**12)
+    flags["dynamic_batching"] = str(flags["dynamic_batching"]).lower()
+    if not supports_batching_flag:
+        del flags["dynamic_batching"]
+    return flags
+
+
+def py_spy_sampler(output: str, seconds: float):
+    """on_start callback: py-spy record of the window (Python stacks)."""
+
+    def on_start(pid, window_marker):
+        def sample():
+            deadline = time.time() + 600
+            while not os.path.exists(window_marker) and time.time() < deadline:
+                time.sleep(0.2)
+            subprocess.run(
+                ["py-spy", "record", "--pid", str(pid), "--subprocesses",
+                 "--threads", "--nonblocking", "--format", "raw", "-r", "50",
+                 "--duration", str(int(seconds)), "-o", output],
+                capture_output=True, timeout=seconds + 60,
+            )
+
+        threading.Thread(target=sample, daemon=True).start()
+
+    return on_start
+
+
+def summarize_py_spy(path: str) -> dict:
+    """Sample counts of the raw py-spy file by (process kind, thread, leaf)."""
+    import re
+    from collections import Counter
+
+    with open(path) as f:
+        text = f.read()
+    records = re.findall(r"(process \d+:.*?) (\d+)\n(?=process \d+:|\Z)", text, flags=re.S)
+    by_group: Counter = Counter()
+    by_leaf: Counter = Counter()
+    for stack, count in records:
+        count = int(count)
+        header, rest = stack.split('";', 1)
+        kind = "main" if "run_experiment" in header else "environment"
+        parts = rest.split(";")
+        thread = re.sub(r"\(\d+\)", "", parts[0]).replace("thread :", "").strip()
+        frames = [p.split(" (")[0] for p in parts[1:]]
+        if kind == "environment":
+            group = "environment process"
+        elif thread.startswith("actor-"):
+            group = "actor threads"
+        elif "Batcher" in thread:
+            group = "dynamic batching runner"
+        elif thread == "MainThread":
+            group = "learner loop (main thread)"
+        elif thread in ("", "thread"):
+            group = "TensorFlow threads running py_func (environment calls)"
+        else:
+            group = thread
+        by_group[group] += count
+        leaf = " < ".join(reversed(frames[-3:]))
+        by_leaf[f"{group}: {leaf}"] += count
+    return {
+        "total": sum(by_group.values()),
+        "by_group": dict(by_group.most_common()),
+        "top_leaves": dict(by_leaf.most_common(25)),
+    }
+
+
+def run_part(part: str, args) -> dict:
+    configs = PARTS[part]
+    code_dir = args.code or common.snapshot_repo()
+    common.use_code_dir(code_dir)
+    print(common.machine_line(), flush=True)
+    print(f"Code snapshot: {code_dir}", flush=True)
+    ceilings = [common.measure_ceiling(args.ceiling_s)]
+    print(f"ceiling (start): {ceilings[0]['frames_per_s']:.0f} frames/s, load {ceilings[0]['load']:.2f}", flush=True)
+    runs = []
+    variants = [("current", code_dir, True)]
+    if part == "profile" and args.baseline_code:
+        if args.baseline_code.startswith("git:"):
+            rev = args.baseline_code.removeprefix("git:")
+            base_dir = export_git_revision(rev)
+        else:
+            rev = base_dir = args.baseline_code
+        has_flag = "dynamic_batching" in open(os.path.join(base_dir, "experiment.py")).read()
+        variants = [(f"baseline {rev}", base_dir, has_flag), ("current", code_dir, True)]
+    repeats = args.repeats if part == "profile" else 1
+    for repeat in range(repeats):
+        for config in configs:
+            for label, directory, has_flag in variants:
+                common.use_code_dir(directory)
+                on_start = None
+                spy_path = None
+                if args.py_spy and repeat == 0:
+                    slug = "current" if label == "current" else "baseline"
+                    spy_path = os.path.join(RESULTS_DIR, f"throughput_{part}_py_spy_{slug}.txt")
+                    on_start = py_spy_sampler(spy_path, args.window_s - 2)
+                record = common.run_experiment(
+                    flags_for(config, has_flag),
+                    warmup_s=args.warmup_s,
+                    window_s=args.window_s,
+                    timeout_s=args.timeout_s,
+                    on_start=on_start,
+                )
+                record["config"] = config
+                record["code"] = label
+                record["repeat"] = repeat
+                record.pop("samples", None)
+                if spy_path and os.path.exists(spy_path):
+                    record["py_spy"] = summarize_py_spy(spy_path)
+                runs.append(record)
+                if "frames_per_s" in record:
+                    print(
+                        f"{label:>10} {config} -> {record['frames_per_s']:.0f} frames/s, "
+                        f"{record['frames_per_s'] / FRAMES_PER_AGENT_STEP:.0f} agent steps/s, "
+                        f"{record['learner_steps_per_s']:.2f} learner steps/s; start-up "
+                        f"{record['startup_s']:.0f} s; load {record['load_start']:.1f}-"
+                        f"{record['load_end']:.1f}",
+                        flush=True,
+                    )
+                else:
+                    print(f"{label} {config} FAILED (rc {record['returncode']}):\n{record['log_tail'][-1500:]}", flush=True)
+    ceilings.append(common.measure_ceiling(args.ceiling_s))
+    print(f"ceiling (end): {ceilings[1]['frames_per_s']:.0f} frames/s, load {ceilings[1]['load']:.2f}", flush=True)
+    return {
+        "part": part,
+        "machine": common.machine_info(),
+        "warmup_s": args.warmup_s,
+        "window_s": args.window_s,
+        "ceilings": ceilings,
+        "ceiling_frames_per_s": sum(c["frames_per_s"] for c in ceilings) / len(ceilings),
+        "runs": runs,
+    }
+
+
+def table(result: dict) -> str:
+    ceiling = result["ceiling_frames_per_s"]
+    ceiling_per_cpu = sum(c["frames_per_cpu_s"] for c in result["ceilings"]) / len(result["ceilings"])
+    lines = [
+        f"Ceiling (raw ALE + preprocessing, {result['machine']['nproc']} processes, no agent): "
+        + ", ".join(f"{c['frames_per_s']:.0f} (load {c['load']:.1f})" for c in result["ceilings"])
+        + f" frames/s; mean {ceiling:.0f}. One stepping process: {ceiling_per_cpu:.0f} frames per CPU-second.",
+        "",
+        "| code | agent | actors | batch | unroll | dynamic batching | frames/s | agent steps/s "
+        "| learner steps/s | fraction of ceiling | batched / unbatched | cores used: learner process + env processes "
+        "| frames per CPU-second | CPU-normalised fraction of ceiling | load (start-end) | start-up s |",
+        "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---|---:|",
+    ]
+    by_key = {}
+    for run in result["runs"]:
+        c = run["config"]
+        by_key[(run["code"], run["repeat"], c["agent"], c["num_actors"], c["batch_size"], c["unroll_length"], c["dynamic_batching"])] = run
+    for run in result["runs"]:
+        c = run["config"]
+        if "frames_per_s" not in run:
+            lines.append(f"| {run['code']} | {c['agent']} | {c['num_actors']} | {c['batch_size']} | {c['unroll_length']} | {c['dynamic_batching']} | failed | | | | | | | |")
+            continue
+        fps = run["frames_per_s"]
+        ratio = ""
+        if c["dynamic_batching"]:
+            other = by_key.get((run["code"], run["repeat"], c["agent"], c["num_actors"], c["batch_size"], c["unroll_length"], False))
+            if other and other.get("frames_per_s"):
+                ratio = f"{fps / other['frames_per_s']:.2f}x"
+        cpu = run["cpu_s"]
+        env_cpu = cpu.get("environment processes", 0.0)
+        main_cpu = run["cpu_total_s"] - env_cpu
+        per_cpu = fps * run["window_s"] / run["cpu_total_s"]
+        lines.append(
+            f"| {run['code']} | {c['agent']} | {c['num_actors']} | {c['batch_size']} | {c['unroll_length']} "
+            f"| {'on' if c['dynamic_batching'] else 'off'} | {fps:.0f} | {fps / FRAMES_PER_AGENT_STEP:.0f} "
+            f"| {run['learner_steps_per_s']:.2f} | {fps / ceiling:.1%} | {ratio} "
+            f"| {main_cpu / run['window_s']:.2f} + {env_cpu / run['window_s']:.2f} "
+            f"| {per_cpu:.0f} | {per_cpu / ceiling_per_cpu:.1%} "
+            f"| {run['load_start']:.1f}-{run['load_end']:.1f} | {run['startup_s']:.0f} |"
+        )
+    if result["part"] == "peer":
+        lines.append("")
+        for run in result["runs"]:
+            if "frames_per_s" not in run:
+                continue
+            steps = run["frames_per_s"] / FRAMES_PER_AGENT_STEP
+            lines.append(
+                f"- dynamic batching {'on' if run['config']['dynamic_batching'] else 'off'}: "
+                f"{steps:.0f} agent steps/s = {steps / MONOBEAST_LSTM_STEPS:.2f}x MonoBeast-with-LSTM "
+                f"(150; target 1.5x = 225: {'met' if steps >= 1.5 * MONOBEAST_LSTM_STEPS else 'NOT met'}), "
+                f"{steps / MONOBEAST_FF_STEPS:.2f}x MonoBeast feed-forward (610, stretch: "
+                f"{'met' if steps >= MONOBEAST_FF_STEPS else 'not met'})."
+            )
+    return "\n".join(lines)
+
+
+def cpu_table(result: dict) -> str:
+    lines = ["| code | repeat | thread group / process | CPU s over window | cores |", "|---|---:|---|---:|---:|"]
+    for run in result["runs"]:
+        if "cpu_s" not in run:
+            continue
+        for group, seconds in sorted(run["cpu_s"].items(), key=lambda kv: -kv[1]):
+            if seconds >= 0.05:
+                lines.append(f"| {run['code']} | {run['repeat']} | {group} | {seconds:.1f} | {seconds / run['window_s']:.2f} |")
+    return "\n".join(lines)
+
+
+def plot() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    results = {}
+    for part in ("shallow", "deep"):
+        path = os.path.join(RESULTS_DIR, f"throughput_{part}.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                results[part] = json.load(f)
+    if not results:
+        print("No throughput JSON files to plot.")
+        return
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for part, result in results.items():
+        for batching, style in ((True, "-o"), (False, "--s")):
+            runs = sorted(
+                (r for r in result["runs"] if r["config"]["dynamic_batching"] == batching and "frames_per_s" in r),
+                key=lambda r: r["config"]["num_actors"],
+            )
+            xs = [r["config"]["num_actors"] for r in runs]
+            label = f"{part}, batching {'on' if batching else 'off'}"
+            axes[0].plot(xs, [r["frames_per_s"] for r in runs], style, label=label)
+            axes[1].plot(xs, [r["frames_per_s"] / result["ceiling_frames_per_s"] for r in runs], style, label=label)
+        axes[0].axhline(result["ceiling_frames_per_s"], color="grey", lw=0.8, ls=":")
+    axes[0].text(1, max(r["ceiling_frames_per_s"] for r in results.values()), " raw-ALE ceiling (mean)", va="bottom", fontsize=8, color="grey")
+    for ax in axes:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks([1, 2, 4, 8, 16], ["1", "2", "4", "8", "16"])
+        ax.set_xlabel("actors (threads, one environment process each)")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("environment frames/s (steady window)")
+    axes[1].set_ylabel("fraction of the raw-ALE ceiling")
+    axes[0].legend(fontsize=8)
+    fig.suptitle("atari/pong single-machine training, batch 8, unroll 20 (2-core CPU, shared)", fontsize=10)
+    fig.tight_layout()
+    os.makedirs(PLOTS_DIR, exist_ok=True)
+    out = os.path.join(PLOTS_DIR, "throughput.png")
+    fig.savefig(out, dpi=110)
+    print(f"Wrote {out}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--part", choices=[*PARTS, "all"], default=None)
+    parser.add_argument("--warmup_s", type=float, default=8.0)
+    parser.add_argument("--window_s", type=float, default=30.0)
+    parser.add_argument("--ceiling_s", type=float, default=10.0)
+    parser.add_argument("--timeout_s", type=float, default=300.0, help="per run")
+    parser.add_argument("--repeats", type=int, default=2, help="profile part: A/B rounds")
+    parser.add_argument("--baseline_code", default="", help="profile part: git:REV or a directory of the code to compare against")
+    parser.add_argument("--code", default="", help="directory of the code to measure (default: a snapshot of the working tree)")
+    parser.add_argument("--py_spy", action="store_true", help="profile part: py-spy record the window")
+    parser.add_argument("--plot", action="store_true", help="draw benchmarks/plots/throughput.png")
+    args = parser.parse_args()
+    os.makedirs(RESULTS_DIR, exist_ok=True)
+    parts = list(PARTS) if args.part == "all" else ([args.part] if args.part else [])
+    for part in parts:
+        started = time.time()
+        result = run_part(part, args)
+        result["duration_s"] = time.time() - started
+        with open(os.path.join(RESULTS_DIR, f"throughput_{part}.json"), "w") as f:
+            json.dump(result, f, indent=1)
+        print()
+        print(table(result))
+        print()
+        print(cpu_table(result))
+        for run in result["runs"]:
+            if "py_spy" in run:
+                spy = run["py_spy"]
+                print(f"\npy-spy ({run['code']}): {spy['total']} samples; by thread group:", json.dumps(spy["by_group"], indent=1))
+                print("top leaves:", json.dumps(spy["top_leaves"], indent=1))
+        print(f"\n{part}: {result['duration_s']:.0f} s")
+    if args.plot:
+        plot()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,510 @@
+"""Distributed training end to end: a learner and actor tasks on loopback.
+
+Every task is a real `experiment.py` (or `launch.py`) subprocess on the real
+ALE (atari/pong, the shallow agent, batch 2, unroll 20: 160 frames per
+update), with free ports picked at run time. Each process starts in its own
+session and the `tasks` fixture SIGKILLs every process group it started, also
+when a test fails, so no task (nor its environment processes) outlives the
+test. Every wait is bounded.
+
+The scenarios are combined to keep the file short (each learner start costs
+several seconds of TensorFlow start-up):
+
+- test_launcher_...: launch.py runs a learner and 2 actors to a frame target;
+  all three exit 0 by themselves.
+- test_faults_...: actors started before the learner; an actor SIGKILLed
+  while the learner still reaches its target on the other; that actor
+  restarted (with TF_CONFIG instead of flags) rejoins a new learner run; the
+  learner SIGKILLed mid-run, the actors notice, and after the learner's
+  restart (from its checkpoint) they reconnect and training reaches its new
+  target; every task exits 0 by itself and the actors write nothing to
+  their --logdir.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import tensorflow as tf
+from absl import flags
+from absl.testing import flagsaver
+
+import cluster
+import environments
+import experiment
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXPERIMENT = os.path.join(REPO, "experiment.py")
+LAUNCH = os.path.join(REPO, "launch.py")
+
+SMALL = [
+    "--level_name=atari/pong",
+    "--agent=shallow",
+    "--batch_size=2",
+    "--unroll_length=20",
+    "--num_actors=2",
+]
+FRAMES_PER_UPDATE = 2 * 20 * 4
+# Bounds for waits: generous, since CI machines have 2 cores shared by a
+# learner, two actors and their environments.
+START_TIMEOUT_S = 90
+RUN_TIMEOUT_S = 150
+NOTICE_TIMEOUT_S = 30
+
+
+GRAPH_FLAGS = dict(
+    level_name="atari/pong", agent="shallow", batch_size=2, unroll_length=20
+)
+
+
+@pytest.fixture
+def parsed_flags():
+    if not flags.FLAGS.is_parsed():
+        flags.FLAGS.mark_as_parsed()
+
+
+# -- in-process checks: graphs and flag errors ------------------------------------
+
+
+def _variables(graph: tf.Graph, key: str) -> dict:
+    return {
+        v.op.name: (v.shape.as_list(), v.dtype.base_dtype, v.device)
+        for v in graph.get_collection(key)
+    }
+
+
+def _queue_attrs(graph: tf.Graph):
+    (queue,) = [op for op in graph.get_operations() if op.type == "FIFOQueueV2"]
+    return (
+        queue.device,
+        queue.get_attr("shared_name"),
+        queue.get_attr("capacity"),
+        list(queue.get_attr("component_types")),
+        [tf.TensorShape(s).as_list() for s in queue.get_attr("shapes")],
+    )
+
+
+def test_actor_graph_declares_the_learners_queue_and_variables(parsed_flags):
+    """An actor task refers to the learner's queue and variables by declaring
+    them with the same names, shapes and devices: checked on the two graphs."""
+    learner_config = cluster.ClusterConfig(
+        "localhost:1", ("localhost:2", "localhost:3"), "learner", 0
+    )
+    actor_config = learner_config._replace(job_name="actor", task=1)
+    learner_cpu = "/job:learner/task:0/device:CPU:0"
+    with flagsaver.flagsaver(**GRAPH_FLAGS):
+        levels = ["atari/pong"]
+        num_actions = environments.num_actions(levels)
+        with tf.Graph().as_default() as actor_graph:
+            ops, _ = experiment.build_actor_task(actor_config, levels, num_actions)
+        # The learner builds its queue from actor_output_specs(), the same
+        # specs (the end-to-end tests fail otherwise); these cost less.
+        specs = tf.nest.map_structure(
+            lambda t: tf.TensorSpec(t.shape, t.dtype), ops.output
+        )
+        with tf.Graph().as_default() as learner_graph:
+            experiment.build_learner_task(
+                learner_config,
+                specs,
+                num_actions,
+                experiment.learner_config_from_flags(),
+            )
+
+    learner_globals = _variables(learner_graph, "variables")
+    learner_locals = _variables(learner_graph, "local_variables")
+    # Every learner variable lives on the learner's CPU (the optimizer's
+    # slots and the frame counter included).
+    assert learner_globals and learner_locals
+    for name, (_, _, device) in {**learner_globals, **learner_locals}.items():
+        assert device == learner_cpu, name
+    actor_globals = _variables(actor_graph, "variables")
+    agent_names = set(_variables(learner_graph, "trainable_variables"))
+    # The actor declares exactly the agent's variables as global: the same
+    # resources as the learner's (name, shape, dtype and device all match).
+    assert set(actor_globals) == agent_names
+    for name, value in actor_globals.items():
+        assert value == learner_globals[name], name
+    # Its local copy and its state live on its own task, out of checkpoints.
+    actor_locals = _variables(actor_graph, "local_variables")
+    local_agent = {
+        n.split("/", 1)[1]
+        for n in actor_locals
+        if n.startswith(experiment.LOCAL_AGENT_NAME + "/")
+    }
+    assert local_agent == {n.split("/", 1)[1] for n in agent_names}
+    for name, (_, _, device) in actor_locals.items():
+        assert device == "/job:actor/task:1", name
+    assert set(_variables(actor_graph, "trainable_variables")) == agent_names
+    # The end-of-training variables: local on the learner, in no collection
+    # on the actor (which neither initialises nor waits for them).
+    for name in ("training_done", "finished_actors"):
+        assert learner_locals[name][2] == learner_cpu
+        (handle,) = [
+            op
+            for op in actor_graph.get_operations()
+            if op.type == "VarHandleOp" and op.name == name
+        ]
+        assert handle.device == learner_cpu
+        assert handle.get_attr("shared_name").decode() == name
+    # The same queue; the environment runs only on the actor.
+    assert _queue_attrs(actor_graph) == _queue_attrs(learner_graph)
+    assert _queue_attrs(actor_graph)[0].startswith("/job:learner/task:0/")
+    py_funcs = [
+        op
+        for op in actor_graph.get_operations()
+        if op.type.startswith("EagerPyFunc") or op.type.startswith("PyFunc")
+    ]
+    assert py_funcs
+    assert {op.device for op in py_funcs} == {"/job:actor/task:1"}
+
+
+@pytest.mark.parametrize(
+    "values, tf_config, expected",
+    [
+        (
+            dict(job_name="learner", task=0, learner_host="bad_host:1"),
+            None,
+            "--learner_host: invalid host name 'bad_host'",
+        ),
+        (
+            dict(job_name="actor", task=0, actor_hosts="h:1,,h:2", num_actors=3),
+            None,
+            "--actor_hosts: empty address at position 1",
+        ),
+        (dict(), "{not json", "TF_CONFIG is not valid JSON"),
+        (
+            dict(job_name="actor", task=5, num_actors=2),
+            None,
+            "--task=5 is out of range for the actors",
+        ),
+    ],
+)
+def test_bad_cluster_settings_are_flag_errors(
+    parsed_flags, monkeypatch, values, tf_config, expected
+):
+    if tf_config is None:
+        monkeypatch.delenv("TF_CONFIG", raising=False)
+    else:
+        monkeypatch.setenv("TF_CONFIG", tf_config)
+    with flagsaver.flagsaver(**values):
+        with pytest.raises(experiment.FlagError, match=re.escape(expected)):
+            experiment.resolve_cluster_config()
+
+
+def test_port_in_use_is_a_flag_error(parsed_flags, monkeypatch):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        with flagsaver.flagsaver(
+            job_name="learner",
+            task=0,
+            num_actors=1,
+            learner_host=f"localhost:{port}",
+            actor_hosts=f"localhost:{cluster.pick_free_ports(1)[0]}",
+        ):
+            with pytest.raises(experiment.FlagError, match=f"port {port} .* in use"):
+                experiment.run_training("atari/pong", ["atari/pong"])
+
+
+def test_test_mode_takes_no_task(parsed_flags):
+    with flagsaver.flagsaver(mode="test", task=0):
+        with pytest.raises(experiment.FlagError, match="test mode runs in one process"):
+            experiment.validate_flags()
+
+
+# -- subprocesses: real tasks on loopback -----------------------------------------
+
+
+class Tasks:
+    """Starts subprocesses, each in its own session, and kills them all."""
+
+    def __init__(self, directory: str):
+        self.directory = directory
+        self.processes: list[subprocess.Popen] = []
+
+    def start(self, name: str, args: list[str], env_extra=None) -> subprocess.Popen:
+        """Runs `python3 args...` with stdout+stderr appended to <name>.log."""
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env.pop("TF_CONFIG", None)
+        env.update(env_extra or {})
+        with open(self.log(name), "ab") as log:
+            process = subprocess.Popen(
+                [sys.executable, *args],
+                cwd=REPO,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        self.processes.append(process)
+        return process
+
+    def log(self, name: str) -> str:
+        return os.path.join(self.directory, f"{name}.log")
+
+    def read(self, name: str) -> str:
+        with open(self.log(name), errors="replace") as f:
+            return f.read()
+
+    def wait_for_line(
+        self,
+        name: str,
+        pattern: str,
+        timeout: float,
+        count: int = 1,
+        watch: subprocess.Popen | None = None,
+    ) -> float:
+        """Waits until <name>.log has `count` lines matching `pattern`.
+
+        Fails at once when `watch` (the task writing the log) exits first.
+        Returns the time.monotonic() at which it was seen.
+        """
+        regex = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if len(regex.findall(self.read(name))) >= count:
+                return time.monotonic()
+            if watch is not None and watch.poll() is not None:
+                if len(regex.findall(self.read(name))) >= count:
+                    return time.monotonic()
+                pytest.fail(
+                    f"{name} exited with code {watch.returncode} before logging "
+                    f"{pattern!r} x{count}:\n{self.tail(name)}"
+                )
+            time.sleep(0.2)
+        pytest.fail(
+            f"{name} did not log {pattern!r} x{count} within {timeout} s:\n"
+            f"{self.tail(name)}"
+        )
+
+    def wait_exit(self, name: str, process: subprocess.Popen, timeout: float) -> int:
+        try:
+            return process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{name} still running after {timeout} s:\n{self.tail(name)}")
+
+    def tail(self, name: str, lines: int = 30) -> str:
+        return "\n".join(self.read(name).splitlines()[-lines:])
+
+    def kill(self, process: subprocess.Popen) -> None:
+        """SIGKILLs the process's whole group (it and its environments)."""
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        process.wait(timeout=30)
+
+    def kill_all(self) -> None:
+        for process in self.processes:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for process in self.processes:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+@pytest.fixture
+def tasks(tmp_path):
+    tasks = Tasks(str(tmp_path))
+    try:
+        yield tasks
+    finally:
+        tasks.kill_all()
+
+
+def saved_frames(logdir: str) -> int:
+    return int(tf.train.load_checkpoint(logdir).get_tensor("global_step"))
+
+
+def assert_exit_0(tasks: Tasks, name: str, process: subprocess.Popen, timeout):
+    code = tasks.wait_exit(name, process, timeout)
+    assert code == 0, f"{name} exited with code {code}:\n{tasks.tail(name)}"
+
+
+def test_launcher_trains_a_learner_and_two_actors_to_the_target(tasks, tmp_path):
+    logdir = str(tmp_path / "run")
+    launcher = tasks.start(
+        "launch",
+        [
+            LAUNCH,
+            "--num_actors=2",
+            f"--logdir={logdir}",
+            *[a for a in SMALL if not a.startswith("--num_actors")],
+            "--total_environment_frames=2000",
+        ],
+    )
+    code = tasks.wait_exit("launch", launcher, START_TIMEOUT_S + RUN_TIMEOUT_S)
+    logs = os.path.join(logdir, "logs")
+
+    def task_log(name: str) -> str:
+        with open(os.path.join(logs, f"{name}.log"), errors="replace") as f:
+            return f.read()
+
+    assert code == 0, tasks.read("launch") + "\n" + task_log("learner_0")[-3000:]
+    launch_output = tasks.read("launch")
+    for name in ("learner_0", "actor_0", "actor_1"):
+        # Each exited by itself: launch.py never had to stop them.
+        assert f"{name} exited with code 0" in launch_output, launch_output
+    assert "stopping" not in launch_output, launch_output
+    learner_log = task_log("learner_0")
+    assert "Training done" in learner_log
+    assert "2 of 2 actor task(s) confirmed the end of training" in learner_log
+    for i in range(2):
+        assert "learner finished" in task_log(f"actor_{i}")
+    assert saved_frames(logdir) >= 2000
+
+
+def _saves(text: str) -> list[int]:
+    """Frame counts of the 'Saving checkpoints for N' lines in a log text."""
+    return [int(n) for n in re.findall(r"Saving checkpoints for (\d+) into", text)]
+
+
+def test_faults_actor_killed_and_restarted_learner_killed_and_restarted(
+    tasks, tmp_path
+):
+    """One sequence, to start as few processes as possible:
+
+    1. actors 0 and 1 start before the learner and wait for it;
+    2. actor 1 is SIGKILLed after its first unroll: the learner keeps
+       training on actor 0 (three more updates saved after the kill);
+    3. actor 1 is restarted, from TF_CONFIG this time, and rejoins;
+    4. the learner is SIGKILLed: both actors notice within seconds;
+    5. the learner is restarted: it resumes from its last checkpoint, both
+       actors reconnect, it reaches its target and every task exits 0 by
+       itself; the actors wrote nothing to their --logdir.
+    """
+    logdir = str(tmp_path / "run")
+    # Actors get their own --logdir to show that they write nothing there.
+    actor_logdir = str(tmp_path / "actor_logdir")
+    learner_port, *actor_ports = cluster.pick_free_ports(3)
+    learner_host = f"localhost:{learner_port}"
+    actor_hosts = [f"localhost:{p}" for p in actor_ports]
+    address_flags = [
+        f"--learner_host={learner_host}",
+        f"--actor_hosts={','.join(actor_hosts)}",
+    ]
+
+    def learner(name: str, target: int, *extra: str) -> subprocess.Popen:
+        return tasks.start(
+            name,
+            [
+                EXPERIMENT,
+                "--job_name=learner",
+                "--task=0",
+                *address_flags,
+                *SMALL,
+                f"--logdir={logdir}",
+                f"--total_environment_frames={target}",
+                *extra,
+            ],
+        )
+
+    def actor(name: str, task: int, tf_config: bool = False) -> subprocess.Popen:
+        if not tf_config:
+            flags = ["--job_name=actor", f"--task={task}", *address_flags]
+            env = None
+        else:
+            flags = []
+            env = {
+                "TF_CONFIG": json.dumps(
+                    {
+                        "cluster": {"learner": [learner_host], "actor": actor_hosts},
+                        "task": {"type": "actor", "index": task},
+                    }
+                )
+            }
+        return tasks.start(
+            name, [EXPERIMENT, *flags, *SMALL, f"--logdir={actor_logdir}"], env
+        )
+
+    # 1. Actors first.
+    actor0 = actor("actor0", 0)
+    actor1 = actor("actor1", 1)
+    for name, process in (("actor0", actor0), ("actor1", actor1)):
+        tasks.wait_for_line(
+            name, "connecting to the learner", START_TIMEOUT_S, watch=process
+        )
+    # A target it never reaches: this learner is only ever killed. Frequent
+    # checkpoints show its progress.
+    first = learner("learner", 10**9, "--save_checkpoint_secs=2")
+
+    # 2. Actor 1 SIGKILLed after one unroll; training goes on with actor 0.
+    tasks.wait_for_line("actor1", "first unroll sent", START_TIMEOUT_S, watch=actor1)
+    tasks.kill(actor1)
+    offset = len(tasks.read("learner"))
+    # The first save after the kill has at least the frames at the kill;
+    # three updates after it took at least 6 unrolls, at most 1 of them
+    # (sent before the kill) from actor 1.
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while True:
+        saves = _saves(tasks.read("learner")[offset:])
+        if len(saves) >= 2 and saves[-1] >= saves[0] + 3 * FRAMES_PER_UPDATE:
+            break
+        assert first.poll() is None, tasks.tail("learner")
+        assert time.monotonic() < deadline, tasks.tail("learner")
+        time.sleep(0.5)
+
+    # 3. Actor 1 restarted, with TF_CONFIG, rejoins the running learner.
+    actor1 = actor("actor1_restarted", 1, tf_config=True)
+    tasks.wait_for_line(
+        "actor1_restarted", "first unroll sent", START_TIMEOUT_S, watch=actor1
+    )
+
+    # 4. The learner SIGKILLed; both actors notice.
+    tasks.kill(first)
+    killed = time.monotonic()
+    last_saved = max(_saves(tasks.read("learner")))
+    for name, process in (("actor0", actor0), ("actor1_restarted", actor1)):
+        noticed = tasks.wait_for_line(
+            name, "lost the learner", NOTICE_TIMEOUT_S, watch=process
+        )
+        assert noticed - killed < NOTICE_TIMEOUT_S
+
+    # 5. The learner restarted from its checkpoint; everything ends by itself.
+    target = last_saved + 4 * FRAMES_PER_UPDATE
+    restarted = learner("learner_restarted", target)
+    tasks.wait_for_line(
+        "learner_restarted",
+        r"Resuming from a checkpoint at \d+",
+        START_TIMEOUT_S,
+        watch=restarted,
+    )
+    restored = int(
+        re.search(
+            r"Resuming from a checkpoint at (\d+)", tasks.read("learner_restarted")
+        ).group(1)
+    )
+    assert restored == last_saved
+    assert_exit_0(tasks, "learner_restarted", restarted, RUN_TIMEOUT_S)
+    for name, process in (("actor0", actor0), ("actor1_restarted", actor1)):
+        assert_exit_0(tasks, name, process, NOTICE_TIMEOUT_S)
+        log = tasks.read(name)
+        assert "learner finished" in log
+        # Connected to the first learner, then to its restart.
+        assert len(re.findall("connected to the learner", log)) == 2, log[-3000:]
+    assert saved_frames(logdir) >= target > restored
+    assert "2 of 2 actor task(s) confirmed" in tasks.read("learner_restarted")
+    # Nothing written by the actors; the learner's files are whole: the final
+    # checkpoint loads (above) and its newest event file reads to the end.
+    assert not os.path.exists(actor_logdir)
+    newest_events = max(
+        glob.glob(os.path.join(logdir, "events.out.tfevents.*")), key=os.path.getmtime
+    )
+    assert sum(1 for _ in tf.compat.v1.train.summary_iterator(newest_events)) > 0
