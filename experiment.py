@@ -1706,10 +1706,11 @@ def test(level_name: str, level_names: list[str]) -> dict:
 # its checkpoint and waits (at most ACTOR_FINISH_WAIT_SECS) until every actor
 # that is still running has set its entry of `finished_actors`. An actor whose
 # enqueue fails because the queue is closed reads `training_done`: true means
-# 'learner finished', and the actor exits 0. A learner that dies, is killed or
-# stops early never closes the queue, so the actors see an unreachable (or
-# restarted) learner instead: they log it, reconnect and carry on once a
-# learner is back (restored from its checkpoint).
+# 'learner finished', and the actor exits 0. A learner that dies or is killed
+# never closes the queue, and one stopped by a signal closes it without
+# setting `training_done`: the actors see a fault (an unreachable, restarted
+# or stopping learner), log it, reconnect and carry on once a learner is back
+# (restored from its checkpoint).
 
 # An enqueue waits this long before the actor checks that the learner is
 # still there (a full queue only means the learner is busy): a dead learner is
@@ -1814,7 +1815,9 @@ def build_agent_variables(agent: agent_lib.Agent, specs) -> None:
     agent(tf.zeros([1], tf.int32), env_output, agent.initial_state(1))
 
 
-def create_cluster_state(num_actors: int, is_learner: bool) -> ClusterState:
+def create_cluster_state(
+    num_actors: int, is_learner: bool, after: list | None = None
+) -> ClusterState:
     """The learner-side variables of the end-of-training protocol.
 
     training_done: bool [], set by the learner just before it closes the queue.
@@ -1824,8 +1827,11 @@ def create_cluster_state(num_actors: int, is_learner: bool) -> ClusterState:
     task's graph. In the learner's graph they are local variables (set up at
     every start, never checkpointed); in an actor's graph they are in no
     collection, so an actor neither initialises nor waits for them.
+    `after`: ops that initialising `training_done` runs first.
     """
     collections_ = [tf.compat.v1.GraphKeys.LOCAL_VARIABLES] if is_learner else []
+    with tf.control_dependencies(after or []):
+        done_initial_value = tf.identity(False) if after else False
 
     def variable(initial_value, name):
         return tf.compat.v1.Variable(
@@ -1837,14 +1843,29 @@ def create_cluster_state(num_actors: int, is_learner: bool) -> ClusterState:
         )
 
     return ClusterState(
-        training_done=variable(False, "training_done"),
+        training_done=variable(done_initial_value, "training_done"),
         finished_actors=variable(tf.zeros([num_actors], tf.int32), "finished_actors"),
     )
 
 
 def _first_line(error: Exception) -> str:
+    """'ErrorType: the line of a TensorFlow error message that says what failed'.
+
+    Graph execution errors start with 'Graph execution error:' and a stack;
+    the cause follows 'From /job:...:' (an error on another task) or comes
+    just before the '[[{{node ...}}]]' line.
+    """
     message = getattr(error, "message", None) or str(error)
-    return f"{type(error).__name__}: {message.strip().splitlines()[0][:300]}"
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    text = lines[0] if lines else ""
+    for i, line in enumerate(lines):
+        if line.startswith("From /job:") and i + 1 < len(lines):
+            text = lines[i + 1]
+            break
+        if line.startswith("[[") and i > 0:
+            text = lines[i - 1]
+            break
+    return f"{type(error).__name__}: {text[:300]}"
 
 
 def _reachable(host_port: str, timeout_secs: float = 1.0) -> bool:
@@ -1877,7 +1898,12 @@ def build_learner_task(
         pipeline = build_learner_pipeline(
             agent, queue, specs, learner_config, learner_device()
         )
-        state = create_cluster_state(config.num_actors, is_learner=True)
+        # The learner's local init creates the queue (with its shapes) before
+        # setting `training_done`, which actors wait for: so an actor with
+        # other shapes gets an error, instead of creating the queue first.
+        state = create_cluster_state(
+            config.num_actors, is_learner=True, after=[queue.size()]
+        )
         with tf.control_dependencies([state.training_done.assign(True)]):
             end_training = queue.close(cancel_pending_enqueues=True)
         return LearnerTaskOps(
@@ -1902,8 +1928,8 @@ def train_distributed_learner(
     /job:learner/task:0, and the actors are other processes. Training starts
     as soon as batch_size unrolls are queued. At the frame target the learner
     ends training for the actors too (see the protocol above); when it stops
-    before (a signal, an error) it leaves the queue open, so that the actors
-    wait for it to come back.
+    before (a signal, an error, a kill) it does not set `training_done`, so
+    the actors wait for it to come back.
     """
     num_actions = environments.num_actions(level_names)
     learner_config = learner_config_from_flags()
@@ -2142,11 +2168,12 @@ def build_actor_task(
         training_done = state.training_done.read_value()
     with tf.device(config.device):
         sync_weights = copy_weights_op(global_agent, local_agent)
-    # The learner's variables not initialised yet, run only for diagnostics.
+    # The learner's variables not initialised yet. The actor connects once
+    # there is none: that includes the end-of-training state, which the
+    # learner initialises after creating its queue.
     uninitialized = tf.compat.v1.report_uninitialized_variables(
-        tf.compat.v1.global_variables()
+        [*tf.compat.v1.global_variables(), *state]
     )
-    uninitialized.mark_used()
     ops = ActorTaskOps(
         sync_weights=sync_weights,
         output=output,
@@ -2192,6 +2219,9 @@ def run_actor_task(
         creator = cluster.worker_session_creator(
             config,
             server,
+            scaffold=tf.compat.v1.train.Scaffold(
+                ready_for_local_init_op=ops.uninitialized
+            ),
             session_config=proto,
             max_wait_secs=2.0,
             log_every_secs=3600.0,
@@ -2283,15 +2313,15 @@ def _why_not_ready(server, proto, ops: ActorTaskOps, learner_host: str) -> str |
             missing = _remote_run(session, ops.uninitialized, "checking readiness")
     except (LearnerLostError, tf.errors.OpError) as e:
         return f"the learner is up but not answering: {e}"
+    model = [n.decode() for n in missing.flat if n.decode() not in ClusterState._fields]
     total = len(tf.compat.v1.global_variables())
-    if missing.size in (0, total):
+    if len(model) in (0, total):
         return "the learner is up and initialising its model"
     # Some of the model is there, some not: another model.
-    names = ", ".join(n.decode() for n in missing.flat[:3])
     return (
-        f"the learner has no variable(s) {names} ({missing.size} of {total}): "
-        f"it runs another model; give this actor the learner's --agent and "
-        f"--level_name"
+        f"the learner has no variable(s) {', '.join(model[:3])} ({len(model)} "
+        f"of {total}): it runs another model; give this actor the learner's "
+        f"--agent and --level_name"
     )
 
 
@@ -2332,7 +2362,7 @@ def _act(session, ops: ActorTaskOps, process: py_process.PyProcess, config) -> N
     while not SHUTDOWN.requested:
         _remote_run(session, ops.sync_weights, "copying the learner's weights")
         values = _unroll(session, ops, process, config.task)
-        if not _send_unroll(session, ops, values, config):
+        if values is None or not _send_unroll(session, ops, values, config):
             return
         unrolls += 1
         now = time.monotonic()
@@ -2349,10 +2379,16 @@ def _act(session, ops: ActorTaskOps, process: py_process.PyProcess, config) -> N
 
 
 def _unroll(session, ops: ActorTaskOps, process: py_process.PyProcess, task: int):
-    """Runs one unroll (all on this task); restarts a dead environment."""
+    """Runs one unroll (all on this task); restarts a dead environment.
+
+    Returns None when a signal stops the task (a SIGTERM to the process group
+    also ends the environment process: no restart then).
+    """
     try:
         return session.run(ops.output)
     except tf.errors.OpError as e:
+        if SHUTDOWN.requested:
+            return None
         if process.alive:
             raise
         logging.warning(

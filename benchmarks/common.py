@@ -287,6 +287,15 @@ def run_experiment(
     return record
 
 
+INTER_OP = "TensorFlow inter-op threads (executor, small ops, py_func env calls)"
+INTRA_OP = "TensorFlow intra-op threads (kernels: convolutions, matmuls)"
+# Labels of earlier records, mapped to today's.
+OLD_GROUP_LABELS = {
+    "TensorFlow pool threads (tf_Compute)": INTER_OP,
+    "other native threads (common.py)": INTRA_OP,
+}
+
+
 class _Recorder:
     """Records learner steps; ends training after the steady window."""
 
@@ -304,6 +313,8 @@ class _Recorder:
     def _snapshot(self) -> dict:
         pid = os.getpid()
         named = {t.native_id: t.name for t in threading.enumerate()}
+        with open("/proc/self/comm") as f:
+            own_comm = f.read().strip()
         groups: dict[str, float] = {}
         for tid, (comm, seconds) in thread_cpu(pid).items():
             name = named.get(tid)
@@ -315,8 +326,12 @@ class _Recorder:
                 group = "queue runner threads (dynamic batching)"
             elif name is not None:
                 group = "other Python threads"
-            elif comm.startswith("tf_"):
-                group = f"TensorFlow pool threads ({comm})"
+            elif comm == "tf_Compute":
+                group = INTER_OP
+            elif comm == own_comm:
+                # TensorFlow's intra-op (Eigen) pool leaves its threads
+                # unnamed: they run the kernels (convolutions, matmuls).
+                group = INTRA_OP
             else:
                 group = f"other native threads ({comm})"
             groups[group] = groups.get(group, 0.0) + seconds

@@ -182,7 +182,7 @@ def run_part(part: str, args) -> dict:
             rev = base_dir = args.baseline_code
         has_flag = "dynamic_batching" in open(os.path.join(base_dir, "experiment.py")).read()
         variants = [(f"baseline {rev}", base_dir, has_flag), ("current", code_dir, True)]
-    repeats = args.repeats if part == "profile" else 1
+    repeats = args.repeats or (2 if part == "profile" else 1)
     for repeat in range(repeats):
         for config in configs:
             for label, directory, has_flag in variants:
@@ -239,7 +239,7 @@ def table(result: dict) -> str:
         + ", ".join(f"{c['frames_per_s']:.0f} (load {c['load']:.1f})" for c in result["ceilings"])
         + f" frames/s; mean {ceiling:.0f}. One stepping process: {ceiling_per_cpu:.0f} frames per CPU-second.",
         "",
-        "| code | agent | actors | batch | unroll | dynamic batching | frames/s | agent steps/s "
+        "| code, round | agent | actors | batch | unroll | dynamic batching | frames/s | agent steps/s "
         "| learner steps/s | fraction of ceiling | batched / unbatched | cores used: learner process + env processes "
         "| frames per CPU-second | CPU-normalised fraction of ceiling | load (start-end) | start-up s |",
         "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---|---:|",
@@ -251,7 +251,7 @@ def table(result: dict) -> str:
     for run in result["runs"]:
         c = run["config"]
         if "frames_per_s" not in run:
-            lines.append(f"| {run['code']} | {c['agent']} | {c['num_actors']} | {c['batch_size']} | {c['unroll_length']} | {c['dynamic_batching']} | failed | | | | | | | |")
+            lines.append(f"| {run['code']}, {run['repeat'] + 1} | {c['agent']} | {c['num_actors']} | {c['batch_size']} | {c['unroll_length']} | {c['dynamic_batching']} | failed | | | | | | | | | |")
             continue
         fps = run["frames_per_s"]
         ratio = ""
@@ -264,7 +264,7 @@ def table(result: dict) -> str:
         main_cpu = run["cpu_total_s"] - env_cpu
         per_cpu = fps * run["window_s"] / run["cpu_total_s"]
         lines.append(
-            f"| {run['code']} | {c['agent']} | {c['num_actors']} | {c['batch_size']} | {c['unroll_length']} "
+            f"| {run['code']}, {run['repeat'] + 1} | {c['agent']} | {c['num_actors']} | {c['batch_size']} | {c['unroll_length']} "
             f"| {'on' if c['dynamic_batching'] else 'off'} | {fps:.0f} | {fps / FRAMES_PER_AGENT_STEP:.0f} "
             f"| {run['learner_steps_per_s']:.2f} | {fps / ceiling:.1%} | {ratio} "
             f"| {main_cpu / run['window_s']:.2f} + {env_cpu / run['window_s']:.2f} "
@@ -278,7 +278,8 @@ def table(result: dict) -> str:
                 continue
             steps = run["frames_per_s"] / FRAMES_PER_AGENT_STEP
             lines.append(
-                f"- dynamic batching {'on' if run['config']['dynamic_batching'] else 'off'}: "
+                f"- round {run['repeat'] + 1}, dynamic batching {'on' if run['config']['dynamic_batching'] else 'off'} "
+                f"(load {run['load_start']:.1f}): "
                 f"{steps:.0f} agent steps/s = {steps / MONOBEAST_LSTM_STEPS:.2f}x MonoBeast-with-LSTM "
                 f"(150; target 1.5x = 225: {'met' if steps >= 1.5 * MONOBEAST_LSTM_STEPS else 'NOT met'}), "
                 f"{steps / MONOBEAST_FF_STEPS:.2f}x MonoBeast feed-forward (610, stretch: "
@@ -292,7 +293,8 @@ def cpu_table(result: dict) -> str:
     for run in result["runs"]:
         if "cpu_s" not in run:
             continue
-        for group, seconds in sorted(run["cpu_s"].items(), key=lambda kv: -kv[1]):
+        cpu = {common.OLD_GROUP_LABELS.get(k, k): v for k, v in run["cpu_s"].items()}
+        for group, seconds in sorted(cpu.items(), key=lambda kv: -kv[1]):
             if seconds >= 0.05:
                 lines.append(f"| {run['code']} | {run['repeat']} | {group} | {seconds:.1f} | {seconds / run['window_s']:.2f} |")
     return "\n".join(lines)
@@ -313,7 +315,7 @@ def plot() -> None:
     if not results:
         print("No throughput JSON files to plot.")
         return
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.4))
     for part, result in results.items():
         for batching, style in ((True, "-o"), (False, "--s")):
             runs = sorted(
@@ -324,6 +326,10 @@ def plot() -> None:
             label = f"{part}, batching {'on' if batching else 'off'}"
             axes[0].plot(xs, [r["frames_per_s"] for r in runs], style, label=label)
             axes[1].plot(xs, [r["frames_per_s"] / result["ceiling_frames_per_s"] for r in runs], style, label=label)
+            axes[2].plot(xs, [r["frames_per_s"] * r["window_s"] / r["cpu_total_s"] for r in runs], style, label=label)
+            for x, r in zip(xs, runs, strict=True):
+                axes[0].annotate(f"{r['load_start']:.0f}", (x, r["frames_per_s"]), fontsize=6, color="grey",
+                                 textcoords="offset points", xytext=(3, 3))
         axes[0].axhline(result["ceiling_frames_per_s"], color="grey", lw=0.8, ls=":")
     axes[0].text(1, max(r["ceiling_frames_per_s"] for r in results.values()), " raw-ALE ceiling (mean)", va="bottom", fontsize=8, color="grey")
     for ax in axes:
@@ -332,7 +338,9 @@ def plot() -> None:
         ax.set_xlabel("actors (threads, one environment process each)")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("environment frames/s (steady window)")
-    axes[1].set_ylabel("fraction of the raw-ALE ceiling")
+    axes[1].set_ylabel("fraction of the raw-ALE ceiling (same invocation)")
+    axes[2].set_ylabel("environment frames per CPU-second (all processes)")
+    axes[0].set_title("grey numbers: 1-min load average at the window's start", fontsize=8)
     axes[0].legend(fontsize=8)
     fig.suptitle("atari/pong single-machine training, batch 8, unroll 20 (2-core CPU, shared)", fontsize=10)
     fig.tight_layout()
@@ -349,7 +357,7 @@ def main() -> None:
     parser.add_argument("--window_s", type=float, default=30.0)
     parser.add_argument("--ceiling_s", type=float, default=10.0)
     parser.add_argument("--timeout_s", type=float, default=300.0, help="per run")
-    parser.add_argument("--repeats", type=int, default=2, help="profile part: A/B rounds")
+    parser.add_argument("--repeats", type=int, default=0, help="rounds over the part's configurations (default: 2 for profile, else 1)")
     parser.add_argument("--baseline_code", default="", help="profile part: git:REV or a directory of the code to compare against")
     parser.add_argument("--code", default="", help="directory of the code to measure (default: a snapshot of the working tree)")
     parser.add_argument("--py_spy", action="store_true", help="profile part: py-spy record the window")

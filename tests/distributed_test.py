@@ -50,7 +50,6 @@ SMALL = [
     "--agent=shallow",
     "--batch_size=2",
     "--unroll_length=20",
-    "--num_actors=2",
 ]
 FRAMES_PER_UPDATE = 2 * 20 * 4
 # Bounds for waits: generous, since CI machines have 2 cores shared by a
@@ -346,7 +345,7 @@ def test_launcher_trains_a_learner_and_two_actors_to_the_target(tasks, tmp_path)
             LAUNCH,
             "--num_actors=2",
             f"--logdir={logdir}",
-            *[a for a in SMALL if not a.startswith("--num_actors")],
+            *SMALL,
             "--total_environment_frames=2000",
         ],
     )
@@ -381,7 +380,10 @@ def test_faults_actor_killed_and_restarted_learner_killed_and_restarted(
 ):
     """One sequence, to start as few processes as possible:
 
-    1. actors 0 and 1 start before the learner and wait for it;
+    1. actors 0 and 1 start before the learner and wait for it; so does
+       actor 2, whose --unroll_length differs from the learner's: it stops
+       with exit code 2 and an error naming the flags, and the learner
+       carries on (actor 2 stays down for the rest of the test);
     2. actor 1 is SIGKILLed after its first unroll: the learner keeps
        training on actor 0 (three more updates saved after the kill);
     3. actor 1 is restarted, from TF_CONFIG this time, and rejoins;
@@ -393,12 +395,13 @@ def test_faults_actor_killed_and_restarted_learner_killed_and_restarted(
     logdir = str(tmp_path / "run")
     # Actors get their own --logdir to show that they write nothing there.
     actor_logdir = str(tmp_path / "actor_logdir")
-    learner_port, *actor_ports = cluster.pick_free_ports(3)
+    learner_port, *actor_ports = cluster.pick_free_ports(4)
     learner_host = f"localhost:{learner_port}"
     actor_hosts = [f"localhost:{p}" for p in actor_ports]
     address_flags = [
         f"--learner_host={learner_host}",
         f"--actor_hosts={','.join(actor_hosts)}",
+        "--num_actors=3",
     ]
 
     def learner(name: str, target: int, *extra: str) -> subprocess.Popen:
@@ -416,12 +419,14 @@ def test_faults_actor_killed_and_restarted_learner_killed_and_restarted(
             ],
         )
 
-    def actor(name: str, task: int, tf_config: bool = False) -> subprocess.Popen:
+    def actor(
+        name: str, task: int, *extra: str, tf_config: bool = False
+    ) -> subprocess.Popen:
         if not tf_config:
             flags = ["--job_name=actor", f"--task={task}", *address_flags]
             env = None
         else:
-            flags = []
+            flags = ["--num_actors=3"]
             env = {
                 "TF_CONFIG": json.dumps(
                     {
@@ -431,12 +436,15 @@ def test_faults_actor_killed_and_restarted_learner_killed_and_restarted(
                 )
             }
         return tasks.start(
-            name, [EXPERIMENT, *flags, *SMALL, f"--logdir={actor_logdir}"], env
+            name,
+            [EXPERIMENT, *flags, *SMALL, f"--logdir={actor_logdir}", *extra],
+            env,
         )
 
     # 1. Actors first.
     actor0 = actor("actor0", 0)
     actor1 = actor("actor1", 1)
+    bad_actor = actor("actor2", 2, "--unroll_length=10")
     for name, process in (("actor0", actor0), ("actor1", actor1)):
         tasks.wait_for_line(
             name, "connecting to the learner", START_TIMEOUT_S, watch=process
@@ -460,6 +468,10 @@ def test_faults_actor_killed_and_restarted_learner_killed_and_restarted(
         assert first.poll() is None, tasks.tail("learner")
         assert time.monotonic() < deadline, tasks.tail("learner")
         time.sleep(0.5)
+    # The misconfigured actor met the learner's queue and stopped by itself.
+    assert tasks.wait_exit("actor2", bad_actor, START_TIMEOUT_S) == 2
+    assert "takes unrolls of another shape" in tasks.read("actor2")
+    assert "--unroll_length" in tasks.read("actor2")
 
     # 3. Actor 1 restarted, with TF_CONFIG, rejoins the running learner.
     actor1 = actor("actor1_restarted", 1, tf_config=True)
@@ -500,7 +512,7 @@ def test_faults_actor_killed_and_restarted_learner_killed_and_restarted(
         # Connected to the first learner, then to its restart.
         assert len(re.findall("connected to the learner", log)) == 2, log[-3000:]
     assert saved_frames(logdir) >= target > restored
-    assert "2 of 2 actor task(s) confirmed" in tasks.read("learner_restarted")
+    assert "2 of 3 actor task(s) confirmed" in tasks.read("learner_restarted")
     # Nothing written by the actors; the learner's files are whole: the final
     # checkpoint loads (above) and its newest event file reads to the end.
     assert not os.path.exists(actor_logdir)
