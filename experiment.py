@@ -315,15 +315,6 @@ def learner_device() -> str:
 
 def session_config() -> tf.compat.v1.ConfigProto:
     config = tf.compat.v1.ConfigProto(allow_soft_placement=True)
-    # Every actor's environment step is a py_func that holds a TensorFlow
-    # inter-op thread while it waits for its environment process. The default
-    # pool has one thread per core, so with more actors than cores only that
-    # many environments stepped at once and the learner's and inference ops
-    # queued behind them (BENCHMARKS.md, "Profile"). One thread per actor on
-    # top of one per core lets every environment step while the network runs.
-    # (The pool is process-wide: the first session's setting holds.)
-    num_actors = FLAGS.num_actors if FLAGS.is_parsed() else 0
-    config.inter_op_parallelism_threads = (os.cpu_count() or 1) + max(num_actors, 0)
     # Take GPU memory as needed rather than all of it up front.
     config.gpu_options.allow_growth = True
     return config

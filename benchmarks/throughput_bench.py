@@ -10,7 +10,8 @@ start and at the end of the invocation; the ratio uses their mean).
 
 Parts (each one invocation; `--part=all` runs them in turn):
   shallow  shallow agent, num_actors 1, 2, 4, 8, 16, with and without
-           dynamic batching, batch_size 8, unroll_length 20
+           dynamic batching, batch_size 8, unroll_length 20 (shallow1: the
+           1/2/4-actor half of it, shallow2: the 8/16-actor half)
   deep     deep agent, num_actors 4 and 16 (trimmed: the deep agent is ~4x
            slower per frame, so its 1/2/8-actor runs are left out), with and
            without dynamic batching, batch 8, unroll 20
@@ -25,8 +26,12 @@ Parts (each one invocation; `--part=all` runs them in turn):
            the code at REV first (before/after a fix, interleaved)
 
 Each configuration's child is a fresh process, so start-up (TensorFlow
-import, graph build, children start) costs 30-90 s per run on a loaded
-2-core machine; a part takes 4-12 minutes. Figures go to stdout, a JSON file
+import, graph build, children start) costs ~15-25 s per run on an idle
+2-core machine and 30-110 s on a loaded one; one run is start-up + warm-up
+(8 s) + window (30 s) + shutdown. Durations measured on the loaded machine
+(load 7-28): shallow 20 min, deep 9 min, peer 4 min (8 with --repeats=2),
+profile 4.5 min; the shallow1/shallow2 halves and the others stay under
+~6 min each on an idle machine. Figures go to stdout, a JSON file
 per part under benchmarks/results/ and, with --plot, benchmarks/plots/.
 
     python3 benchmarks/throughput_bench.py --part=shallow
@@ -56,21 +61,22 @@ FRAMES_PER_AGENT_STEP = 4
 MONOBEAST_LSTM_STEPS = 150  # agent steps/s, given in issue 9 (not measured here)
 MONOBEAST_FF_STEPS = 610
 
+def _grid(agent, actors, unroll=20):
+    return [
+        dict(agent=agent, num_actors=n, batch_size=8, unroll_length=unroll, dynamic_batching=b)
+        for n in actors
+        for b in (True, False)
+    ]
+
+
 PARTS = {
-    "shallow": [
-        dict(agent="shallow", num_actors=n, batch_size=8, unroll_length=20, dynamic_batching=b)
-        for n in (1, 2, 4, 8, 16)
-        for b in (True, False)
-    ],
-    "deep": [
-        dict(agent="deep", num_actors=n, batch_size=8, unroll_length=20, dynamic_batching=b)
-        for n in (4, 16)
-        for b in (True, False)
-    ],
-    "peer": [
-        dict(agent="shallow", num_actors=4, batch_size=8, unroll_length=80, dynamic_batching=b)
-        for b in (True, False)
-    ],
+    # All five actor counts in one invocation (~10 min idle, ~20 min loaded),
+    # or split in two shorter ones (shallow1 + shallow2).
+    "shallow": _grid("shallow", (1, 2, 4, 8, 16)),
+    "shallow1": _grid("shallow", (1, 2, 4)),
+    "shallow2": _grid("shallow", (8, 16)),
+    "deep": _grid("deep", (4, 16)),
+    "peer": _grid("shallow", (4,), unroll=80),
     "profile": [
         dict(agent="shallow", num_actors=8, batch_size=8, unroll_length=20, dynamic_batching=True)
     ],
@@ -137,8 +143,17 @@ def summarize_py_spy(path: str) -> dict:
     by_leaf: Counter = Counter()
     for stack, count in records:
         count = int(count)
-        header, rest = stack.split('";', 1)
-        kind = "main" if "run_experiment" in header else "environment"
+        # With --subprocesses a child's stack starts with its parent's header
+        # and then its own: 'process P:"cmd";process C:"cmd";thread ...'.
+        headers = []
+        rest = stack
+        while True:
+            m = re.match(r'process \d+:"([^"]*)";', rest)
+            if not m:
+                break
+            headers.append(m.group(1))
+            rest = rest[m.end():]
+        kind = "main" if len(headers) == 1 and "run_experiment" in headers[0] else "environment"
         parts = rest.split(";")
         thread = re.sub(r"\(\d+\)", "", parts[0]).replace("thread :", "").strip()
         frames = [p.split(" (")[0] for p in parts[1:]]
@@ -307,11 +322,14 @@ def plot() -> None:
     import matplotlib.pyplot as plt
 
     results = {}
-    for part in ("shallow", "deep"):
+    for part in ("shallow", "shallow1", "shallow2", "deep"):
         path = os.path.join(RESULTS_DIR, f"throughput_{part}.json")
         if os.path.exists(path):
             with open(path) as f:
                 results[part] = json.load(f)
+    if "shallow" in results:  # the whole grid wins over its halves
+        results.pop("shallow1", None)
+        results.pop("shallow2", None)
     if not results:
         print("No throughput JSON files to plot.")
         return
@@ -352,7 +370,8 @@ def plot() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--part", choices=[*PARTS, "all"], default=None)
+    parser.add_argument("--part", choices=[*PARTS, "all"], default=None,
+                        help="all = shallow, deep, peer, profile")
     parser.add_argument("--warmup_s", type=float, default=8.0)
     parser.add_argument("--window_s", type=float, default=30.0)
     parser.add_argument("--ceiling_s", type=float, default=10.0)
@@ -364,7 +383,7 @@ def main() -> None:
     parser.add_argument("--plot", action="store_true", help="draw benchmarks/plots/throughput.png")
     args = parser.parse_args()
     os.makedirs(RESULTS_DIR, exist_ok=True)
-    parts = list(PARTS) if args.part == "all" else ([args.part] if args.part else [])
+    parts = ["shallow", "deep", "peer", "profile"] if args.part == "all" else ([args.part] if args.part else [])
     for part in parts:
         started = time.time()
         result = run_part(part, args)
