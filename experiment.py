@@ -315,6 +315,20 @@ def learner_device() -> str:
 
 def session_config() -> tf.compat.v1.ConfigProto:
     config = tf.compat.v1.ConfigProto(allow_soft_placement=True)
+    if (
+        FLAGS.is_parsed()
+        and FLAGS.task == -1
+        and FLAGS.mode == "train"
+        and "TF_NUM_INTRAOP_THREADS" not in os.environ
+    ):
+        # Single-machine training: the actors' many small kernels (one-step
+        # inference on batches of 1-8) run faster on one thread each, and
+        # the actors and the learner keep all cores busy between them;
+        # splitting every kernel over the intra-op pool cost more than it
+        # saved (2 cores: +7-16% frames/s for the shallow agent, +28-32% for
+        # the deep one; BENCHMARKS.md, "Profile"). TF_NUM_INTRAOP_THREADS,
+        # when set, still decides.
+        config.intra_op_parallelism_threads = 1
     # Take GPU memory as needed rather than all of it up front.
     config.gpu_options.allow_growth = True
     return config
@@ -1713,6 +1727,8 @@ REMOTE_CALL_TIMEOUT_MS = 10000
 # see the closed queue before it exits anyway.
 ACTOR_FINISH_WAIT_SECS = 30
 RECONNECT_PAUSE_SECS = 1.0
+# How long an ending actor waits for its session with the learner to close.
+SESSION_CLOSE_WAIT_SECS = 5.0
 # Prefix of the actor's local copy of the agent's variables.
 LOCAL_AGENT_NAME = "local_agent"
 
@@ -1746,10 +1762,33 @@ def run_training(level_name: str, level_names: list[str]) -> None:
         server = cluster.start_server(config, proto)
     except cluster.PortInUseError as e:
         raise FlagError(str(e)) from None
+    global _cluster_server_started
+    _cluster_server_started = True
     if config.is_learner:
         train_distributed_learner(config, server, proto, level_name, level_names)
     else:
         run_actor_task(config, server, proto, level_names)
+
+
+# Set once this process runs a tf.train.Server: main() then ends it with
+# exit_cluster_task.
+_cluster_server_started = False
+
+
+def exit_cluster_task(code: int) -> None:
+    """Ends a learner or actor task's process now, with `code`.
+
+    Everything this task writes (checkpoints, summaries, logs) is closed by
+    the time training returns. What is left are threads no Python code can
+    stop: tf.train.Server's gRPC server has no shutdown, and a session to a
+    peer that is going away may still be closing. Letting the interpreter
+    tear down around them now and then ends in SIGABRT (exit 134) instead of
+    the code the task earned, so skip the teardown.
+    """
+    logging.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def resolve_cluster_config(f=FLAGS) -> "cluster.ClusterConfig | None":
@@ -2227,9 +2266,11 @@ def run_actor_task(
                 )
                 if session is None:
                     break
+                finished = False
                 try:
                     _act(session, ops, process, config)
                 except TrainingFinished:
+                    finished = True
                     logging.info(
                         "Actor %d: learner finished training (queue closed); exiting.",
                         config.task,
@@ -2245,10 +2286,14 @@ def run_actor_task(
                     )
                 finally:
                     # Closing a session whose learner is gone (or going) can
-                    # take seconds of gRPC retries: not in the way.
-                    threading.Thread(
+                    # take seconds of gRPC retries: not in the way, but given
+                    # a few seconds before the process exits.
+                    closing = threading.Thread(
                         target=_close_quietly, args=(session,), daemon=True
-                    ).start()
+                    )
+                    closing.start()
+                    if finished or SHUTDOWN.requested:
+                        closing.join(SESSION_CLOSE_WAIT_SECS)
                 time.sleep(RECONNECT_PAUSE_SECS)
         finally:
             process.close()
@@ -2463,6 +2508,15 @@ def quiet_tensorflow_logging() -> None:
 def main(argv) -> None:
     del argv
     quiet_tensorflow_logging()
+    code = run_mode()
+    if _cluster_server_started:
+        exit_cluster_task(code)
+    if code:
+        sys.exit(code)
+
+
+def run_mode() -> int:
+    """Runs --mode; returns the process's exit code."""
     try:
         validate_flags()
         level_name, level_names = resolve_levels()
@@ -2474,20 +2528,19 @@ def main(argv) -> None:
     except FlagError as e:
         # A one-line message and a non-zero exit; no traceback.
         print(f"experiment.py: error: {e}", file=sys.stderr)
-        sys.exit(2)
+        return 2
     except TrainingError as e:
         # An environment given up on, a NaN/Inf update, checkpoints that do
         # not restore: the message says what happened and what is kept.
         print(f"experiment.py: error: {e}", file=sys.stderr)
-        sys.exit(1)
+        return 1
     except py_process.PyProcessError as e:
         # An environment that cannot even start (e.g. a bad level or path).
         print(f"experiment.py: error: an environment failed: {e}", file=sys.stderr)
-        sys.exit(1)
-    if SHUTDOWN.requested:
-        # Stopped by SIGINT/SIGTERM after a final checkpoint: 128 + signal
-        # number, as a shell reports a process ended by that signal.
-        sys.exit(SHUTDOWN.exit_code)
+        return 1
+    # Stopped by SIGINT/SIGTERM after a final checkpoint: 128 + signal
+    # number, as a shell reports a process ended by that signal.
+    return SHUTDOWN.exit_code if SHUTDOWN.requested else 0
 
 
 if __name__ == "__main__":

@@ -20,6 +20,10 @@ Parts (each one invocation; `--part=all` runs them in turn):
            against MonoBeast's published-in-the-issue figures (given facts,
            not measured here): 150 agent steps/s with an LSTM (target 1.5x =
            225) and 610 feed-forward (stretch)
+  threads  TensorFlow's intra-op pool: shallow 8 actors and deep 4 actors,
+           batching on and off, one thread per core (TensorFlow's default)
+           vs one thread (experiment.py's setting for single-machine
+           training since this benchmark)
   profile  shallow agent, 8 actors, batch 8, unroll 20: the CPU time of each
            thread group and process over the window (/proc), optionally
            `--py_spy` samples; with `--baseline_code=git:REV` the same run of
@@ -77,6 +81,16 @@ PARTS = {
     "shallow2": _grid("shallow", (8, 16)),
     "deep": _grid("deep", (4, 16)),
     "peer": _grid("shallow", (4,), unroll=80),
+    # TensorFlow's intra-op pool: one thread per core (TensorFlow's default,
+    # and experiment.py's before it set one thread for single-machine
+    # training) against one thread, with the environment variable that
+    # experiment.py leaves in charge when it is set.
+    "threads": [
+        dict(agent=a, num_actors=n, batch_size=8, unroll_length=20, dynamic_batching=b, env=e)
+        for a, n in (("shallow", 8), ("deep", 4))
+        for b in (True, False)
+        for e in ({"TF_NUM_INTRAOP_THREADS": str(os.cpu_count())}, {"TF_NUM_INTRAOP_THREADS": "1"})
+    ],
     "profile": [
         dict(agent="shallow", num_actors=8, batch_size=8, unroll_length=20, dynamic_batching=True)
     ],
@@ -105,6 +119,7 @@ def export_git_revision(revision: str) -> str:
 
 def flags_for(config: dict, supports_batching_flag: bool = True) -> dict:
     flags = dict(config, total_environment_frames=10**12)
+    flags.pop("env", None)
     flags["dynamic_batching"] = str(flags["dynamic_batching"]).lower()
     if not supports_batching_flag:
         del flags["dynamic_batching"]
@@ -210,6 +225,7 @@ def run_part(part: str, args) -> dict:
                     on_start = py_spy_sampler(spy_path, args.window_s - 2)
                 record = common.run_experiment(
                     flags_for(config, has_flag),
+                    extra_env=config.get("env"),
                     warmup_s=args.warmup_s,
                     window_s=args.window_s,
                     timeout_s=args.timeout_s,
@@ -219,8 +235,12 @@ def run_part(part: str, args) -> dict:
                 record["code"] = label
                 record["repeat"] = repeat
                 record.pop("samples", None)
+                if "frames_per_s" in record:  # keep the log only of a failed run
+                    record.pop("log_tail", None)
+                    record.pop("logdir", None)
                 if spy_path and os.path.exists(spy_path):
                     record["py_spy"] = summarize_py_spy(spy_path)
+                    os.remove(spy_path)  # the summary is kept in the JSON
                 runs.append(record)
                 if "frames_per_s" in record:
                     print(
@@ -246,6 +266,13 @@ def run_part(part: str, args) -> dict:
     }
 
 
+def _env_label(config: dict) -> str:
+    env = config.get("env")
+    if env is None:
+        return ""
+    return " " + (" ".join(f"{k}={v}" for k, v in env.items()) or "(default threads)")
+
+
 def table(result: dict) -> str:
     ceiling = result["ceiling_frames_per_s"]
     ceiling_per_cpu = sum(c["frames_per_cpu_s"] for c in result["ceilings"]) / len(result["ceilings"])
@@ -262,7 +289,7 @@ def table(result: dict) -> str:
     by_key = {}
     for run in result["runs"]:
         c = run["config"]
-        by_key[(run["code"], run["repeat"], c["agent"], c["num_actors"], c["batch_size"], c["unroll_length"], c["dynamic_batching"])] = run
+        by_key[(run["code"], run["repeat"], c["agent"], c["num_actors"], c["batch_size"], c["unroll_length"], c["dynamic_batching"], json.dumps(c.get("env")))] = run
     for run in result["runs"]:
         c = run["config"]
         if "frames_per_s" not in run:
@@ -271,7 +298,7 @@ def table(result: dict) -> str:
         fps = run["frames_per_s"]
         ratio = ""
         if c["dynamic_batching"]:
-            other = by_key.get((run["code"], run["repeat"], c["agent"], c["num_actors"], c["batch_size"], c["unroll_length"], False))
+            other = by_key.get((run["code"], run["repeat"], c["agent"], c["num_actors"], c["batch_size"], c["unroll_length"], False, json.dumps(c.get("env"))))
             if other and other.get("frames_per_s"):
                 ratio = f"{fps / other['frames_per_s']:.2f}x"
         cpu = run["cpu_s"]
@@ -279,7 +306,7 @@ def table(result: dict) -> str:
         main_cpu = run["cpu_total_s"] - env_cpu
         per_cpu = fps * run["window_s"] / run["cpu_total_s"]
         lines.append(
-            f"| {run['code']}, {run['repeat'] + 1} | {c['agent']} | {c['num_actors']} | {c['batch_size']} | {c['unroll_length']} "
+            f"| {run['code']}{_env_label(c)}, {run['repeat'] + 1} | {c['agent']} | {c['num_actors']} | {c['batch_size']} | {c['unroll_length']} "
             f"| {'on' if c['dynamic_batching'] else 'off'} | {fps:.0f} | {fps / FRAMES_PER_AGENT_STEP:.0f} "
             f"| {run['learner_steps_per_s']:.2f} | {fps / ceiling:.1%} | {ratio} "
             f"| {main_cpu / run['window_s']:.2f} + {env_cpu / run['window_s']:.2f} "
@@ -355,12 +382,13 @@ def plot() -> None:
         ax.set_xticks([1, 2, 4, 8, 16], ["1", "2", "4", "8", "16"])
         ax.set_xlabel("actors (threads, one environment process each)")
         ax.grid(alpha=0.3)
-    axes[0].set_ylabel("environment frames/s (steady window)")
+    axes[0].set_yscale("log")
+    axes[0].set_ylabel("environment frames/s (steady window, log scale)")
     axes[1].set_ylabel("fraction of the raw-ALE ceiling (same invocation)")
     axes[2].set_ylabel("environment frames per CPU-second (all processes)")
     axes[0].set_title("grey numbers: 1-min load average at the window's start", fontsize=8)
     axes[0].legend(fontsize=8)
-    fig.suptitle("atari/pong single-machine training, batch 8, unroll 20 (2-core CPU, shared)", fontsize=10)
+    fig.suptitle("atari/pong single-machine training, batch 8, unroll 20 (2-core CPU, no GPU)", fontsize=10)
     fig.tight_layout()
     os.makedirs(PLOTS_DIR, exist_ok=True)
     out = os.path.join(PLOTS_DIR, "throughput.png")

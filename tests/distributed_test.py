@@ -371,8 +371,18 @@ def test_launcher_trains_a_learner_and_two_actors_to_the_target(tasks, tmp_path)
 
 
 def _saves(text: str) -> list[int]:
-    """Frame counts of the 'Saving checkpoints for N' lines in a log text."""
-    return [int(n) for n in re.findall(r"Saving checkpoints for (\d+) into", text)]
+    """Frame counts of the checkpoints a log text shows as completely saved.
+
+    The 'after saving checkpoint N' line, not 'Saving checkpoints for N': a
+    learner killed between the two has not finished writing checkpoint N, and
+    resumes from the one before.
+    """
+    return [
+        int(n)
+        for n in re.findall(
+            r"Calling checkpoint listeners after saving checkpoint (\d+)", text
+        )
+    ]
 
 
 def test_faults_actor_killed_and_restarted_learner_killed_and_restarted(
