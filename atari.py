@@ -304,18 +304,10 @@ class PyProcessAtari:
     @staticmethod
     def _tensor_specs(method_name, unused_kwargs, unused_constructor_kwargs):
         """Output specs of `initial` and `step` for py_process (TF, lazily)."""
-        import tensorflow as tf
+        # Imported here: environments imports this module, and the child
+        # process (which never calls this) needs neither it nor TensorFlow.
+        from environments import environment_tensor_specs
 
-        observation_spec = (
-            tf.TensorSpec([FRAME_HEIGHT, FRAME_WIDTH, FRAME_STACK], tf.uint8),
-            tf.TensorSpec([], tf.string),
+        return environment_tensor_specs(
+            method_name, [FRAME_HEIGHT, FRAME_WIDTH, FRAME_STACK]
         )
-        if method_name == "initial":
-            return observation_spec
-        if method_name == "step":
-            return (
-                tf.TensorSpec([], tf.float32),
-                tf.TensorSpec([], tf.bool),
-                observation_spec,
-            )
-        return None

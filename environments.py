@@ -229,25 +229,37 @@ class PyProcessDmLab:
     @staticmethod
     def _tensor_specs(method_name, unused_kwargs, constructor_kwargs):
         """Output specs of `initial` and `step` for py_process (TF, lazily)."""
-        import tensorflow as tf
 
         config = constructor_kwargs.get("config") or {}
         # DeepMind Lab's defaults when the config leaves them out.
         width = int(config.get("width", 320))
         height = int(config.get("height", 240))
-        observation_spec = (
-            tf.TensorSpec([height, width, 3], tf.uint8),
-            tf.TensorSpec([], tf.string),
+        return environment_tensor_specs(method_name, [height, width, 3])
+
+
+def environment_tensor_specs(method_name: str, frame_shape):
+    """py_process specs of an environment class's `initial` and `step`.
+
+    The contract every environment class here keeps (FlowEnvironment relies
+    on it): `initial()` returns observation = (frame uint8 frame_shape,
+    instruction string []), `step(action)` returns (reward float32 [],
+    done bool [], observation); any other method returns nothing (None).
+    """
+    import tensorflow as tf
+
+    observation_spec = (
+        tf.TensorSpec(frame_shape, tf.uint8),
+        tf.TensorSpec([], tf.string),
+    )
+    if method_name == "initial":
+        return observation_spec
+    if method_name == "step":
+        return (
+            tf.TensorSpec([], tf.float32),
+            tf.TensorSpec([], tf.bool),
+            observation_spec,
         )
-        if method_name == "initial":
-            return observation_spec
-        if method_name == "step":
-            return (
-                tf.TensorSpec([], tf.float32),
-                tf.TensorSpec([], tf.bool),
-                observation_spec,
-            )
-        return None
+    return None
 
 
 class FlowEnvironment:

@@ -7,7 +7,7 @@ Reading order (top to bottom):
   the actor                      create_environment, build_actor,
                                  actor_output_specs, make_inference_fn
   the learner                    clip_rewards, the loss terms, build_learner,
-                                 stack_unrolls
+                                 stack_unrolls, time_major
   running actors                 ActorRunner (one thread per actor),
                                  ActorRunnerHook (starts and stops them)
   logging                        ProgressLogger, EpisodeLogger
@@ -731,6 +731,24 @@ def stack_unrolls(unrolls: list[ActorOutput]) -> ActorOutput:
     )
 
 
+def time_major(batch: ActorOutput) -> ActorOutput:
+    """A batch-major batch (dequeue_many: every tensor [B, ...]) -> the
+    learner's layout: env_outputs and agent_outputs [T + 1, B, ...];
+    level_name [B] and agent_state [B, ...] stay batch-major.
+
+    Unstacked on axis 0 and restacked on axis 1 rather than transposed, for
+    the same reason as in `stack_unrolls`; B must be static.
+    """
+
+    def swap(t: tf.Tensor) -> tf.Tensor:
+        return tf.stack(tf.unstack(t, axis=0), axis=1)
+
+    return batch._replace(
+        env_outputs=tf.nest.map_structure(swap, batch.env_outputs),
+        agent_outputs=tf.nest.map_structure(swap, batch.agent_outputs),
+    )
+
+
 # -- running actors -------------------------------------------------------------
 
 
@@ -1245,9 +1263,20 @@ class ShutdownRequest:
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
+    LEARNER_STOP = (
+        "stopping after the current learner step, with a final checkpoint; "
+        "every environment process will be ended"
+    )
+    ACTOR_TASK_STOP = (
+        "this actor task stops after its current call to the learner and ends "
+        "its environment process (it writes no checkpoint; the learner goes on)"
+    )
+
     def __init__(self):
         self.signum: int | None = None
         self._lock = threading.Lock()
+        # What the first signal does, for the log line (actor tasks differ).
+        self.stop_description = self.LEARNER_STOP
 
     @property
     def requested(self) -> bool:
@@ -1266,10 +1295,12 @@ class ShutdownRequest:
         name = signal.Signals(signum).name
         if first:
             logging.warning(
-                "Received %s: stopping after the current learner step, with a "
-                "final checkpoint; every environment process will be ended. "
-                "Send it again to exit at once without a checkpoint.",
+                "Received %s: %s. Send it again to exit at once%s.",
                 name,
+                self.stop_description,
+                " without a checkpoint"
+                if self.stop_description == self.LEARNER_STOP
+                else "",
             )
             return
         logging.warning(
@@ -1484,12 +1515,10 @@ def build_learner_pipeline(
     current one trains: one more step of policy lag, no wait for the copy.
     Run `stage_op` once before the first training step.
     """
-    # batch_size single dequeues (run together in one step), stacked.
-    dequeued = stack_unrolls(
-        [
-            tf.nest.pack_sequence_as(specs, queue.dequeue())
-            for _ in range(config.batch_size)
-        ]
+    # One dequeue_many takes batch_size unrolls as the actors deliver them
+    # (the queue holds fewer); [B, T + 1, ...] -> time-major.
+    dequeued = time_major(
+        tf.nest.pack_sequence_as(specs, queue.dequeue_many(config.batch_size))
     )
     if FLAGS.testonly_nan_reward_at_frame:
         dequeued = testonly_nan_rewards(dequeued, FLAGS.testonly_nan_reward_at_frame)
@@ -2233,6 +2262,7 @@ def run_actor_task(
     and returns (exit 0) once the learner has finished training. It writes
     nothing to --logdir.
     """
+    SHUTDOWN.stop_description = ShutdownRequest.ACTOR_TASK_STOP
     num_actions = environments.num_actions(level_names)
     level_name = level_names[config.task % len(level_names)]
     logging.info(

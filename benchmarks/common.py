@@ -384,9 +384,7 @@ class _Recorder:
         start, end = self.window_start, self.window_end
         elapsed = end["time"] - start["time"]
         steps = end["index"] - start["index"]
-        cpu = {
-            k: end["cpu"].get(k, 0.0) - start["cpu"].get(k, 0.0) for k in end["cpu"]
-        }
+        cpu = {k: end["cpu"].get(k, 0.0) - start["cpu"].get(k, 0.0) for k in end["cpu"]}
         result = {
             "startup_s": self.first_step_time - self.process_start,
             "window_s": elapsed,
@@ -467,4 +465,6 @@ if __name__ == "__main__":
         _run_experiment_main()
     else:
         print(machine_line())
-        print(json.dumps(measure_ceiling(float(sys.argv[1]) if len(sys.argv) > 1 else 5)))
+        print(
+            json.dumps(measure_ceiling(float(sys.argv[1]) if len(sys.argv) > 1 else 5))
+        )

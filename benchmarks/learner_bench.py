@@ -56,16 +56,22 @@ def random_unrolls(specs, num_actions: int, count: int, rng):
         elif dtype == tf.int32:  # actions (and episode steps)
             value = rng.randint(0, num_actions, size=shape).astype(np.int32)
         elif dtype == tf.string:
-            value = np.full(shape, LEVEL.encode() if "level_name" in path else b"", dtype=object)
+            value = np.full(
+                shape, LEVEL.encode() if "level_name" in path else b"", dtype=object
+            )
         elif "reward" in path:
-            value = rng.choice([-1.0, 0.0, 0.0, 0.0, 1.0], size=shape).astype(np.float32)
+            value = rng.choice([-1.0, 0.0, 0.0, 0.0, 1.0], size=shape).astype(
+                np.float32
+            )
         else:  # logits, baselines, core state, episode returns
             value = rng.standard_normal(shape).astype(np.float32)
         flat.append(value)
     return flat
 
 
-def bench_config(experiment, agent_name: str, batch_size: int, unroll: int, mode: str, seconds: float):
+def bench_config(
+    experiment, agent_name: str, batch_size: int, unroll: int, mode: str, seconds: float
+):
     import numpy as np
     import tensorflow as tf
 
@@ -91,10 +97,16 @@ def bench_config(experiment, agent_name: str, batch_size: int, unroll: int, mode
             # capacity 1 (actors block), this one is filled up front instead.
             steps_per_fill = max(2, int(np.ceil(192 / batch_size)))
             capacity = batch_size * (steps_per_fill + 1)
-            queue = tf.queue.FIFOQueue(capacity, [s.dtype for s in flat_specs], [s.shape for s in flat_specs])
-            placeholders = [tf.compat.v1.placeholder(s.dtype, [None, *s.shape]) for s in flat_specs]
+            queue = tf.queue.FIFOQueue(
+                capacity, [s.dtype for s in flat_specs], [s.shape for s in flat_specs]
+            )
+            placeholders = [
+                tf.compat.v1.placeholder(s.dtype, [None, *s.shape]) for s in flat_specs
+            ]
             enqueue_many = queue.enqueue_many(placeholders)
-            pipeline = experiment.build_learner_pipeline(agent, queue, specs, config, "/cpu:0")
+            pipeline = experiment.build_learner_pipeline(
+                agent, queue, specs, config, "/cpu:0"
+            )
             train_op, stage_op = pipeline.learner.train_and_count, pipeline.stage_op
             fetches = (train_op, stage_op)
         else:
@@ -105,26 +117,41 @@ def bench_config(experiment, agent_name: str, batch_size: int, unroll: int, mode
                 tf.nest.pack_sequence_as(specs, [tf.constant(d[i]) for d in flat_data])
                 for i in range(UNIQUE_UNROLLS)
             ]
-            stacked = experiment.stack_unrolls([constants[i % UNIQUE_UNROLLS] for i in range(batch_size)])
+            stacked = experiment.stack_unrolls(
+                [constants[i % UNIQUE_UNROLLS] for i in range(batch_size)]
+            )
 
             def hold(t):
                 if t.dtype == tf.string:
                     return t
                 variable = tf.compat.v1.Variable(
-                    t, trainable=False, collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES], use_resource=True
+                    t,
+                    trainable=False,
+                    collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES],
+                    use_resource=True,
                 )
                 return variable.read_value()
 
             batch = tf.nest.map_structure(hold, stacked)
-            learner = experiment.build_learner(agent, batch.agent_state, batch.env_outputs, batch.agent_outputs, config)
+            learner = experiment.build_learner(
+                agent, batch.agent_state, batch.env_outputs, batch.agent_outputs, config
+            )
             fetches = learner.train_and_count
         with tf.compat.v1.Session(config=experiment.session_config()) as session:
-            session.run([tf.compat.v1.global_variables_initializer(), tf.compat.v1.local_variables_initializer()])
+            session.run(
+                [
+                    tf.compat.v1.global_variables_initializer(),
+                    tf.compat.v1.local_variables_initializer(),
+                ]
+            )
 
             def fill(steps):
                 count = steps * batch_size
                 index = np.arange(count) % UNIQUE_UNROLLS
-                session.run(enqueue_many, dict(zip(placeholders, [d[index] for d in flat_data], strict=True)))
+                session.run(
+                    enqueue_many,
+                    dict(zip(placeholders, [d[index] for d in flat_data], strict=True)),
+                )
 
             if mode == "queue":
                 fill(steps_per_fill + 1)
@@ -155,24 +182,38 @@ def bench_config(experiment, agent_name: str, batch_size: int, unroll: int, mode
         "steps": steps,
         "seconds": timed_s,
         "learner_steps_per_s": steps_per_s,
-        "frames_per_s": steps_per_s * batch_size * unroll * experiment.FLAGS.num_action_repeats,
+        "frames_per_s": steps_per_s
+        * batch_size
+        * unroll
+        * experiment.FLAGS.num_action_repeats,
         "ms_per_step": 1000 * timed_s / steps,
         "cores": cpu_s / timed_s,
         "cpu_ms_per_step": 1000 * cpu_s / steps,
-        "frames_per_cpu_s": steps * batch_size * unroll * experiment.FLAGS.num_action_repeats / cpu_s,
+        "frames_per_cpu_s": steps
+        * batch_size
+        * unroll
+        * experiment.FLAGS.num_action_repeats
+        / cpu_s,
         "load_start": load_start,
         "load_end": common.loadavg(),
     }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--agents", default="shallow,deep")
     parser.add_argument("--batch_sizes", default="8,32")
     parser.add_argument("--modes", default="queue,fixed")
     parser.add_argument("--unroll_length", type=int, default=20)
-    parser.add_argument("--seconds", type=float, default=8.0, help="timed seconds per configuration")
-    parser.add_argument("--json", default=os.path.join(common.REPO, "benchmarks", "results", "learner.json"))
+    parser.add_argument(
+        "--seconds", type=float, default=8.0, help="timed seconds per configuration"
+    )
+    parser.add_argument(
+        "--json",
+        default=os.path.join(common.REPO, "benchmarks", "results", "learner.json"),
+    )
     args = parser.parse_args()
 
     import tensorflow as tf  # noqa: F401  (after TF_CPP_MIN_LOG_LEVEL)
@@ -187,7 +228,14 @@ def main() -> None:
     for agent_name in args.agents.split(","):
         for batch_size in map(int, args.batch_sizes.split(",")):
             for mode in args.modes.split(","):
-                r = bench_config(experiment, agent_name, batch_size, args.unroll_length, mode, args.seconds)
+                r = bench_config(
+                    experiment,
+                    agent_name,
+                    batch_size,
+                    args.unroll_length,
+                    mode,
+                    args.seconds,
+                )
                 results.append(r)
                 print(
                     f"{agent_name:>7} B={batch_size:<3} {mode:>5}: {r['learner_steps_per_s']:.2f} steps/s, "
@@ -203,7 +251,11 @@ def main() -> None:
     )
     print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|")
     for r in results:
-        mode = "pre-filled queue (dequeue, stack, stage)" if r["mode"] == "queue" else "fixed batch in variables"
+        mode = (
+            "pre-filled queue (dequeue, stack, stage)"
+            if r["mode"] == "queue"
+            else "fixed batch in variables"
+        )
         print(
             f"| {r['agent']} | {r['batch_size']} | {r['unroll_length']} | {mode} | {r['learner_steps_per_s']:.2f} "
             f"| {r['frames_per_s']:.0f} | {r['ms_per_step']:.0f} | {r['cores']:.2f} | {r['cpu_ms_per_step']:.0f} "
@@ -213,7 +265,15 @@ def main() -> None:
     print(f"\n{duration:.0f} s")
     os.makedirs(os.path.dirname(args.json), exist_ok=True)
     with open(args.json, "w") as f:
-        json.dump({"machine": common.machine_info(), "duration_s": duration, "results": results}, f, indent=1)
+        json.dump(
+            {
+                "machine": common.machine_info(),
+                "duration_s": duration,
+                "results": results,
+            },
+            f,
+            indent=1,
+        )
 
 
 if __name__ == "__main__":

@@ -32,7 +32,9 @@ import sys
 Episode = collections.namedtuple("Episode", "wall_time frames episode_return")
 
 
-def read_events(logdir: str, tag_suffix: str = "/episode_return") -> tuple[list[Episode], float | None]:
+def read_events(
+    logdir: str, tag_suffix: str = "/episode_return"
+) -> tuple[list[Episode], float | None]:
     """Episodes from every events file under logdir; and the earliest event time."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
@@ -40,14 +42,24 @@ def read_events(logdir: str, tag_suffix: str = "/episode_return") -> tuple[list[
 
     deprecation._PRINT_DEPRECATION_WARNINGS = False  # noqa: SLF001 (summary_iterator's notice)
     episodes, start = [], None
-    paths = sorted(glob.glob(os.path.join(logdir, "**", "events.out.tfevents.*"), recursive=True))
+    paths = sorted(
+        glob.glob(os.path.join(logdir, "**", "events.out.tfevents.*"), recursive=True)
+    )
     for path in paths:
         try:
             for event in tf.compat.v1.train.summary_iterator(path):
-                start = event.wall_time if start is None else min(start, event.wall_time)
+                start = (
+                    event.wall_time if start is None else min(start, event.wall_time)
+                )
                 for value in event.summary.value:
                     if value.tag.endswith(tag_suffix):
-                        episodes.append(Episode(event.wall_time, int(event.step), float(value.simple_value)))
+                        episodes.append(
+                            Episode(
+                                event.wall_time,
+                                int(event.step),
+                                float(value.simple_value),
+                            )
+                        )
         except tf.errors.DataLossError:
             pass  # The file's last record is still being written.
     episodes.sort()
@@ -122,7 +134,10 @@ def summarize(episodes: list[Episode], start: float, window: int, thresholds) ->
         summary["thresholds"][str(threshold)] = (
             None
             if hit is None
-            else {"frames": episodes[hit].frames, "time_s": episodes[hit].wall_time - start}
+            else {
+                "frames": episodes[hit].frames,
+                "time_s": episodes[hit].wall_time - start,
+            }
         )
     return summary
 
@@ -139,9 +154,20 @@ def plot(episodes, start, window, thresholds, out, title):
     minutes = (np.array([e.wall_time for e in episodes]) - start) / 60.0
     rolling = rolling_mean(returns, window)
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
-    for ax, x, label in ((axes[0], frames, "environment frames (millions)"), (axes[1], minutes, "wall-clock time (minutes since start)")):
-        ax.scatter(x, returns, s=6, alpha=0.25, color="tab:blue", label="episode return")
-        ax.plot(x, rolling, color="tab:red", lw=1.8, label=f"mean of the last {window} episodes")
+    for ax, x, label in (
+        (axes[0], frames, "environment frames (millions)"),
+        (axes[1], minutes, "wall-clock time (minutes since start)"),
+    ):
+        ax.scatter(
+            x, returns, s=6, alpha=0.25, color="tab:blue", label="episode return"
+        )
+        ax.plot(
+            x,
+            rolling,
+            color="tab:red",
+            lw=1.8,
+            label=f"mean of the last {window} episodes",
+        )
         for threshold in thresholds:
             ax.axhline(threshold, color="grey", lw=0.8, ls=":")
         ax.set_xlabel(label)
@@ -155,13 +181,22 @@ def plot(episodes, start, window, thresholds, out, title):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--logdir", help="the run's --logdir (TensorBoard events)")
-    parser.add_argument("--log", help="the run's log file (stdout/stderr of experiment.py)")
+    parser.add_argument(
+        "--log", help="the run's log file (stdout/stderr of experiment.py)"
+    )
     parser.add_argument("--out", default="benchmarks/plots/learning_curve.png")
     parser.add_argument("--window", type=int, default=20)
     parser.add_argument("--thresholds", default="0,15")
-    parser.add_argument("--year", type=int, default=datetime.datetime.now(datetime.UTC).year, help="log lines carry no year")
+    parser.add_argument(
+        "--year",
+        type=int,
+        default=datetime.datetime.now(datetime.UTC).year,
+        help="log lines carry no year",
+    )
     parser.add_argument("--title", default="")
     parser.add_argument("--json", help="also write the summary here")
     args = parser.parse_args()
@@ -175,17 +210,24 @@ def main() -> None:
     if not episodes and args.log:
         episodes, start = read_log(args.log, args.year)
         source = "log"
-    elif args.log:  # The log's first line is the process start: earlier than the events file.
+    elif (
+        args.log
+    ):  # The log's first line is the process start: earlier than the events file.
         _, log_start = read_log(args.log, args.year)
         if log_start is not None and start is not None and log_start < start:
             start = log_start
     if not episodes:
-        sys.exit("learning_curve.py: no finished episodes found in " + " / ".join(filter(None, [args.logdir, args.log])))
+        sys.exit(
+            "learning_curve.py: no finished episodes found in "
+            + " / ".join(filter(None, [args.logdir, args.log]))
+        )
     summary = summarize(episodes, start, args.window, thresholds)
     summary["source"] = source
     title = args.title or f"{args.logdir or args.log}: {len(episodes)} episodes"
     plot(episodes, start, args.window, thresholds, args.out, title)
-    print(f"{summary['episodes']} episodes (from {source}); last at {summary['last_frames']:,} frames, {summary['last_time_s'] / 60:.1f} min.")
+    print(
+        f"{summary['episodes']} episodes (from {source}); last at {summary['last_frames']:,} frames, {summary['last_time_s'] / 60:.1f} min."
+    )
     if "best_rolling_mean" in summary:
         print(
             f"Rolling mean of the last {args.window}: final {summary['final_rolling_mean']:.2f}; best "
@@ -194,7 +236,9 @@ def main() -> None:
         )
     for threshold, hit in summary["thresholds"].items():
         if hit:
-            print(f"Reached {float(threshold):+g}: at {hit['frames']:,} frames, {hit['time_s'] / 60:.1f} min.")
+            print(
+                f"Reached {float(threshold):+g}: at {hit['frames']:,} frames, {hit['time_s'] / 60:.1f} min."
+            )
         else:
             print(f"Reached {float(threshold):+g}: not (yet).")
     print(f"Plot: {args.out}")

@@ -34,11 +34,24 @@ _BARE_TF = (
 
 def baselines(code_dir: str) -> dict:
     """VmHWM (kB) of a bare TensorFlow import and of one env process alone."""
-    bare_tf = int(subprocess.run([sys.executable, "-c", _BARE_TF], capture_output=True, text=True, timeout=300).stdout.split()[-1])
+    bare_tf = int(
+        subprocess.run(
+            [sys.executable, "-c", _BARE_TF],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        ).stdout.split()[-1]
+    )
     env_alone = subprocess.run(
-        [sys.executable, "-c", _ENV_ALONE, code_dir], capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", _ENV_ALONE, code_dir],
+        capture_output=True,
+        text=True,
+        timeout=300,
     ).stdout.split()
-    return {"bare_tensorflow_vmhwm_kb": bare_tf, "env_process_alone_vmhwm_kb": int(env_alone[-1])}
+    return {
+        "bare_tensorflow_vmhwm_kb": bare_tf,
+        "env_process_alone_vmhwm_kb": int(env_alone[-1]),
+    }
 
 
 # A PyProcess child running PyProcessAtari, stepped 2,000 times from a parent
@@ -60,12 +73,17 @@ p.close()
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--agents", default="shallow,deep")
     parser.add_argument("--actors", default="4,16")
     parser.add_argument("--warmup_s", type=float, default=5.0)
     parser.add_argument("--window_s", type=float, default=10.0)
-    parser.add_argument("--json", default=os.path.join(common.REPO, "benchmarks", "results", "memory.json"))
+    parser.add_argument(
+        "--json",
+        default=os.path.join(common.REPO, "benchmarks", "results", "memory.json"),
+    )
     args = parser.parse_args()
     started = time.time()
     code_dir = common.snapshot_repo()
@@ -77,12 +95,21 @@ def main() -> None:
     for agent in args.agents.split(","):
         for actors in map(int, args.actors.split(",")):
             record = common.run_experiment(
-                dict(agent=agent, num_actors=actors, batch_size=8, unroll_length=20, total_environment_frames=10**12),
+                dict(
+                    agent=agent,
+                    num_actors=actors,
+                    batch_size=8,
+                    unroll_length=20,
+                    total_environment_frames=10**12,
+                ),
                 warmup_s=args.warmup_s,
                 window_s=args.window_s,
             )
             if "memory" not in record:
-                print(f"{agent} {actors}: FAILED\n{record['log_tail'][-1500:]}", flush=True)
+                print(
+                    f"{agent} {actors}: FAILED\n{record['log_tail'][-1500:]}",
+                    flush=True,
+                )
                 continue
             m = record["memory"]
             envs = [v for v in m["env_vmhwm_kb"] if v]
@@ -107,7 +134,9 @@ def main() -> None:
         f"{base['env_process_alone_vmhwm_kb'] / 1024:.0f} MiB."
     )
     print()
-    print("| agent | actors | learner process peak RSS (MiB) | environment processes | each env process peak RSS (MiB) | all processes (MiB) | load |")
+    print(
+        "| agent | actors | learner process peak RSS (MiB) | environment processes | each env process peak RSS (MiB) | all processes (MiB) | load |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(
@@ -117,7 +146,16 @@ def main() -> None:
     duration = time.time() - started
     print(f"\n{duration:.0f} s")
     with open(args.json, "w") as f:
-        json.dump({"machine": common.machine_info(), "baselines": base, "rows": rows, "duration_s": duration}, f, indent=1)
+        json.dump(
+            {
+                "machine": common.machine_info(),
+                "baselines": base,
+                "rows": rows,
+                "duration_s": duration,
+            },
+            f,
+            indent=1,
+        )
 
 
 if __name__ == "__main__":

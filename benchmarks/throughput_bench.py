@@ -65,9 +65,16 @@ FRAMES_PER_AGENT_STEP = 4
 MONOBEAST_LSTM_STEPS = 150  # agent steps/s, given in issue 9 (not measured here)
 MONOBEAST_FF_STEPS = 610
 
+
 def _grid(agent, actors, unroll=20):
     return [
-        dict(agent=agent, num_actors=n, batch_size=8, unroll_length=unroll, dynamic_batching=b)
+        dict(
+            agent=agent,
+            num_actors=n,
+            batch_size=8,
+            unroll_length=unroll,
+            dynamic_batching=b,
+        )
         for n in actors
         for b in (True, False)
     ]
@@ -86,13 +93,29 @@ PARTS = {
     # training) against one thread, with the environment variable that
     # experiment.py leaves in charge when it is set.
     "threads": [
-        dict(agent=a, num_actors=n, batch_size=8, unroll_length=20, dynamic_batching=b, env=e)
+        dict(
+            agent=a,
+            num_actors=n,
+            batch_size=8,
+            unroll_length=20,
+            dynamic_batching=b,
+            env=e,
+        )
         for a, n in (("shallow", 8), ("deep", 4))
         for b in (True, False)
-        for e in ({"TF_NUM_INTRAOP_THREADS": str(os.cpu_count())}, {"TF_NUM_INTRAOP_THREADS": "1"})
+        for e in (
+            {"TF_NUM_INTRAOP_THREADS": str(os.cpu_count())},
+            {"TF_NUM_INTRAOP_THREADS": "1"},
+        )
     ],
     "profile": [
-        dict(agent="shallow", num_actors=8, batch_size=8, unroll_length=20, dynamic_batching=True)
+        dict(
+            agent="shallow",
+            num_actors=8,
+            batch_size=8,
+            unroll_length=20,
+            dynamic_batching=True,
+        )
     ],
 }
 
@@ -104,13 +127,18 @@ def export_git_revision(revision: str) -> str:
     target = tempfile.mkdtemp(prefix="bench_rev_")
     names = subprocess.run(
         ["git", "ls-tree", "--name-only", revision],
-        cwd=common.REPO, check=True, capture_output=True, text=True,
+        cwd=common.REPO,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout.split()
     for name in names:
         if name.endswith(".py") or name == "batcher.cc":
             content = subprocess.run(
                 ["git", "show", f"{revision}:{name}"],
-                cwd=common.REPO, check=True, capture_output=True,
+                cwd=common.REPO,
+                check=True,
+                capture_output=True,
             ).stdout
             with open(os.path.join(target, name), "wb") as f:
                 f.write(content)
@@ -135,10 +163,25 @@ def py_spy_sampler(output: str, seconds: float):
             while not os.path.exists(window_marker) and time.time() < deadline:
                 time.sleep(0.2)
             subprocess.run(
-                ["py-spy", "record", "--pid", str(pid), "--subprocesses",
-                 "--threads", "--nonblocking", "--format", "raw", "-r", "50",
-                 "--duration", str(int(seconds)), "-o", output],
-                capture_output=True, timeout=seconds + 60,
+                [
+                    "py-spy",
+                    "record",
+                    "--pid",
+                    str(pid),
+                    "--subprocesses",
+                    "--threads",
+                    "--nonblocking",
+                    "--format",
+                    "raw",
+                    "-r",
+                    "50",
+                    "--duration",
+                    str(int(seconds)),
+                    "-o",
+                    output,
+                ],
+                capture_output=True,
+                timeout=seconds + 60,
             )
 
         threading.Thread(target=sample, daemon=True).start()
@@ -153,7 +196,9 @@ def summarize_py_spy(path: str) -> dict:
 
     with open(path) as f:
         text = f.read()
-    records = re.findall(r"(process \d+:.*?) (\d+)\n(?=process \d+:|\Z)", text, flags=re.S)
+    records = re.findall(
+        r"(process \d+:.*?) (\d+)\n(?=process \d+:|\Z)", text, flags=re.S
+    )
     by_group: Counter = Counter()
     by_leaf: Counter = Counter()
     for stack, count in records:
@@ -167,8 +212,12 @@ def summarize_py_spy(path: str) -> dict:
             if not m:
                 break
             headers.append(m.group(1))
-            rest = rest[m.end():]
-        kind = "main" if len(headers) == 1 and "run_experiment" in headers[0] else "environment"
+            rest = rest[m.end() :]
+        kind = (
+            "main"
+            if len(headers) == 1 and "run_experiment" in headers[0]
+            else "environment"
+        )
         parts = rest.split(";")
         thread = re.sub(r"\(\d+\)", "", parts[0]).replace("thread :", "").strip()
         frames = [p.split(" (")[0] for p in parts[1:]]
@@ -201,7 +250,10 @@ def run_part(part: str, args) -> dict:
     print(common.machine_line(), flush=True)
     print(f"Code snapshot: {code_dir}", flush=True)
     ceilings = [common.measure_ceiling(args.ceiling_s)]
-    print(f"ceiling (start): {ceilings[0]['frames_per_s']:.0f} frames/s, load {ceilings[0]['load']:.2f}", flush=True)
+    print(
+        f"ceiling (start): {ceilings[0]['frames_per_s']:.0f} frames/s, load {ceilings[0]['load']:.2f}",
+        flush=True,
+    )
     runs = []
     variants = [("current", code_dir, True)]
     if part == "profile" and args.baseline_code:
@@ -210,8 +262,13 @@ def run_part(part: str, args) -> dict:
             base_dir = export_git_revision(rev)
         else:
             rev = base_dir = args.baseline_code
-        has_flag = "dynamic_batching" in open(os.path.join(base_dir, "experiment.py")).read()
-        variants = [(f"baseline {rev}", base_dir, has_flag), ("current", code_dir, True)]
+        has_flag = (
+            "dynamic_batching" in open(os.path.join(base_dir, "experiment.py")).read()
+        )
+        variants = [
+            (f"baseline {rev}", base_dir, has_flag),
+            ("current", code_dir, True),
+        ]
     repeats = args.repeats or (2 if part == "profile" else 1)
     for repeat in range(repeats):
         for config in configs:
@@ -221,7 +278,9 @@ def run_part(part: str, args) -> dict:
                 spy_path = None
                 if args.py_spy and repeat == 0:
                     slug = "current" if label == "current" else "baseline"
-                    spy_path = os.path.join(RESULTS_DIR, f"throughput_{part}_py_spy_{slug}.txt")
+                    spy_path = os.path.join(
+                        RESULTS_DIR, f"throughput_{part}_py_spy_{slug}.txt"
+                    )
                     on_start = py_spy_sampler(spy_path, args.window_s - 2)
                 record = common.run_experiment(
                     flags_for(config, has_flag),
@@ -252,16 +311,23 @@ def run_part(part: str, args) -> dict:
                         flush=True,
                     )
                 else:
-                    print(f"{label} {config} FAILED (rc {record['returncode']}):\n{record['log_tail'][-1500:]}", flush=True)
+                    print(
+                        f"{label} {config} FAILED (rc {record['returncode']}):\n{record['log_tail'][-1500:]}",
+                        flush=True,
+                    )
     ceilings.append(common.measure_ceiling(args.ceiling_s))
-    print(f"ceiling (end): {ceilings[1]['frames_per_s']:.0f} frames/s, load {ceilings[1]['load']:.2f}", flush=True)
+    print(
+        f"ceiling (end): {ceilings[1]['frames_per_s']:.0f} frames/s, load {ceilings[1]['load']:.2f}",
+        flush=True,
+    )
     return {
         "part": part,
         "machine": common.machine_info(),
         "warmup_s": args.warmup_s,
         "window_s": args.window_s,
         "ceilings": ceilings,
-        "ceiling_frames_per_s": sum(c["frames_per_s"] for c in ceilings) / len(ceilings),
+        "ceiling_frames_per_s": sum(c["frames_per_s"] for c in ceilings)
+        / len(ceilings),
         "runs": runs,
     }
 
@@ -275,10 +341,15 @@ def _env_label(config: dict) -> str:
 
 def table(result: dict) -> str:
     ceiling = result["ceiling_frames_per_s"]
-    ceiling_per_cpu = sum(c["frames_per_cpu_s"] for c in result["ceilings"]) / len(result["ceilings"])
+    ceiling_per_cpu = sum(c["frames_per_cpu_s"] for c in result["ceilings"]) / len(
+        result["ceilings"]
+    )
     lines = [
         f"Ceiling (raw ALE + preprocessing, {result['machine']['nproc']} processes, no agent): "
-        + ", ".join(f"{c['frames_per_s']:.0f} (load {c['load']:.1f})" for c in result["ceilings"])
+        + ", ".join(
+            f"{c['frames_per_s']:.0f} (load {c['load']:.1f})"
+            for c in result["ceilings"]
+        )
         + f" frames/s; mean {ceiling:.0f}. One stepping process: {ceiling_per_cpu:.0f} frames per CPU-second.",
         "",
         "| code, round | agent | actors | batch | unroll | dynamic batching | frames/s | agent steps/s "
@@ -289,16 +360,40 @@ def table(result: dict) -> str:
     by_key = {}
     for run in result["runs"]:
         c = run["config"]
-        by_key[(run["code"], run["repeat"], c["agent"], c["num_actors"], c["batch_size"], c["unroll_length"], c["dynamic_batching"], json.dumps(c.get("env")))] = run
+        by_key[
+            (
+                run["code"],
+                run["repeat"],
+                c["agent"],
+                c["num_actors"],
+                c["batch_size"],
+                c["unroll_length"],
+                c["dynamic_batching"],
+                json.dumps(c.get("env")),
+            )
+        ] = run
     for run in result["runs"]:
         c = run["config"]
         if "frames_per_s" not in run:
-            lines.append(f"| {run['code']}, {run['repeat'] + 1} | {c['agent']} | {c['num_actors']} | {c['batch_size']} | {c['unroll_length']} | {c['dynamic_batching']} | failed | | | | | | | | | |")
+            lines.append(
+                f"| {run['code']}, {run['repeat'] + 1} | {c['agent']} | {c['num_actors']} | {c['batch_size']} | {c['unroll_length']} | {c['dynamic_batching']} | failed | | | | | | | | | |"
+            )
             continue
         fps = run["frames_per_s"]
         ratio = ""
         if c["dynamic_batching"]:
-            other = by_key.get((run["code"], run["repeat"], c["agent"], c["num_actors"], c["batch_size"], c["unroll_length"], False, json.dumps(c.get("env"))))
+            other = by_key.get(
+                (
+                    run["code"],
+                    run["repeat"],
+                    c["agent"],
+                    c["num_actors"],
+                    c["batch_size"],
+                    c["unroll_length"],
+                    False,
+                    json.dumps(c.get("env")),
+                )
+            )
             if other and other.get("frames_per_s"):
                 ratio = f"{fps / other['frames_per_s']:.2f}x"
         cpu = run["cpu_s"]
@@ -331,14 +426,19 @@ def table(result: dict) -> str:
 
 
 def cpu_table(result: dict) -> str:
-    lines = ["| code | repeat | thread group / process | CPU s over window | cores |", "|---|---:|---|---:|---:|"]
+    lines = [
+        "| code | repeat | thread group / process | CPU s over window | cores |",
+        "|---|---:|---|---:|---:|",
+    ]
     for run in result["runs"]:
         if "cpu_s" not in run:
             continue
         cpu = {common.OLD_GROUP_LABELS.get(k, k): v for k, v in run["cpu_s"].items()}
         for group, seconds in sorted(cpu.items(), key=lambda kv: -kv[1]):
             if seconds >= 0.05:
-                lines.append(f"| {run['code']} | {run['repeat']} | {group} | {seconds:.1f} | {seconds / run['window_s']:.2f} |")
+                lines.append(
+                    f"| {run['code']} | {run['repeat']} | {group} | {seconds:.1f} | {seconds / run['window_s']:.2f} |"
+                )
     return "\n".join(lines)
 
 
@@ -364,19 +464,47 @@ def plot() -> None:
     for part, result in results.items():
         for batching, style in ((True, "-o"), (False, "--s")):
             runs = sorted(
-                (r for r in result["runs"] if r["config"]["dynamic_batching"] == batching and "frames_per_s" in r),
+                (
+                    r
+                    for r in result["runs"]
+                    if r["config"]["dynamic_batching"] == batching
+                    and "frames_per_s" in r
+                ),
                 key=lambda r: r["config"]["num_actors"],
             )
             xs = [r["config"]["num_actors"] for r in runs]
             label = f"{part}, batching {'on' if batching else 'off'}"
             axes[0].plot(xs, [r["frames_per_s"] for r in runs], style, label=label)
-            axes[1].plot(xs, [r["frames_per_s"] / result["ceiling_frames_per_s"] for r in runs], style, label=label)
-            axes[2].plot(xs, [r["frames_per_s"] * r["window_s"] / r["cpu_total_s"] for r in runs], style, label=label)
+            axes[1].plot(
+                xs,
+                [r["frames_per_s"] / result["ceiling_frames_per_s"] for r in runs],
+                style,
+                label=label,
+            )
+            axes[2].plot(
+                xs,
+                [r["frames_per_s"] * r["window_s"] / r["cpu_total_s"] for r in runs],
+                style,
+                label=label,
+            )
             for x, r in zip(xs, runs, strict=True):
-                axes[0].annotate(f"{r['load_start']:.0f}", (x, r["frames_per_s"]), fontsize=6, color="grey",
-                                 textcoords="offset points", xytext=(3, 3))
+                axes[0].annotate(
+                    f"{r['load_start']:.0f}",
+                    (x, r["frames_per_s"]),
+                    fontsize=6,
+                    color="grey",
+                    textcoords="offset points",
+                    xytext=(3, 3),
+                )
         axes[0].axhline(result["ceiling_frames_per_s"], color="grey", lw=0.8, ls=":")
-    axes[0].text(1, max(r["ceiling_frames_per_s"] for r in results.values()), " raw-ALE ceiling (mean)", va="bottom", fontsize=8, color="grey")
+    axes[0].text(
+        1,
+        max(r["ceiling_frames_per_s"] for r in results.values()),
+        " raw-ALE ceiling (mean)",
+        va="bottom",
+        fontsize=8,
+        color="grey",
+    )
     for ax in axes:
         ax.set_xscale("log", base=2)
         ax.set_xticks([1, 2, 4, 8, 16], ["1", "2", "4", "8", "16"])
@@ -386,9 +514,14 @@ def plot() -> None:
     axes[0].set_ylabel("environment frames/s (steady window, log scale)")
     axes[1].set_ylabel("fraction of the raw-ALE ceiling (same invocation)")
     axes[2].set_ylabel("environment frames per CPU-second (all processes)")
-    axes[0].set_title("grey numbers: 1-min load average at the window's start", fontsize=8)
+    axes[0].set_title(
+        "grey numbers: 1-min load average at the window's start", fontsize=8
+    )
     axes[0].legend(fontsize=8)
-    fig.suptitle("atari/pong single-machine training, batch 8, unroll 20 (2-core CPU, no GPU)", fontsize=10)
+    fig.suptitle(
+        "atari/pong single-machine training, batch 8, unroll 20 (2-core CPU, no GPU)",
+        fontsize=10,
+    )
     fig.tight_layout()
     os.makedirs(PLOTS_DIR, exist_ok=True)
     out = os.path.join(PLOTS_DIR, "throughput.png")
@@ -397,21 +530,48 @@ def plot() -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--part", choices=[*PARTS, "all"], default=None,
-                        help="all = shallow, deep, peer, profile")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--part",
+        choices=[*PARTS, "all"],
+        default=None,
+        help="all = shallow, deep, peer, profile",
+    )
     parser.add_argument("--warmup_s", type=float, default=8.0)
     parser.add_argument("--window_s", type=float, default=30.0)
     parser.add_argument("--ceiling_s", type=float, default=10.0)
     parser.add_argument("--timeout_s", type=float, default=300.0, help="per run")
-    parser.add_argument("--repeats", type=int, default=0, help="rounds over the part's configurations (default: 2 for profile, else 1)")
-    parser.add_argument("--baseline_code", default="", help="profile part: git:REV or a directory of the code to compare against")
-    parser.add_argument("--code", default="", help="directory of the code to measure (default: a snapshot of the working tree)")
-    parser.add_argument("--py_spy", action="store_true", help="profile part: py-spy record the window")
-    parser.add_argument("--plot", action="store_true", help="draw benchmarks/plots/throughput.png")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=0,
+        help="rounds over the part's configurations (default: 2 for profile, else 1)",
+    )
+    parser.add_argument(
+        "--baseline_code",
+        default="",
+        help="profile part: git:REV or a directory of the code to compare against",
+    )
+    parser.add_argument(
+        "--code",
+        default="",
+        help="directory of the code to measure (default: a snapshot of the working tree)",
+    )
+    parser.add_argument(
+        "--py_spy", action="store_true", help="profile part: py-spy record the window"
+    )
+    parser.add_argument(
+        "--plot", action="store_true", help="draw benchmarks/plots/throughput.png"
+    )
     args = parser.parse_args()
     os.makedirs(RESULTS_DIR, exist_ok=True)
-    parts = ["shallow", "deep", "peer", "profile"] if args.part == "all" else ([args.part] if args.part else [])
+    parts = (
+        ["shallow", "deep", "peer", "profile"]
+        if args.part == "all"
+        else ([args.part] if args.part else [])
+    )
     for part in parts:
         started = time.time()
         result = run_part(part, args)
@@ -425,7 +585,10 @@ def main() -> None:
         for run in result["runs"]:
             if "py_spy" in run:
                 spy = run["py_spy"]
-                print(f"\npy-spy ({run['code']}): {spy['total']} samples; by thread group:", json.dumps(spy["by_group"], indent=1))
+                print(
+                    f"\npy-spy ({run['code']}): {spy['total']} samples; by thread group:",
+                    json.dumps(spy["by_group"], indent=1),
+                )
                 print("top leaves:", json.dumps(spy["top_leaves"], indent=1))
         print(f"\n{part}: {result['duration_s']:.0f} s")
     if args.plot:

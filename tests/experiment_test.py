@@ -10,7 +10,7 @@ import glob
 import json
 import os
 import subprocess
-import sys
+import threading
 import time
 import types
 
@@ -19,43 +19,29 @@ import pytest
 import tensorflow as tf
 from absl import flags
 from absl.testing import flagsaver
+from run_helpers import (
+    FRAMES_PER_UPDATE,
+    REPO_ROOT,
+    RUN_TIMEOUT_S,
+    SMALL,
+    command,
+    run_experiment,
+)
 
 import agent as agent_lib
 import experiment
 import py_process
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(REPO_ROOT, "experiment.py")
 FLAGS = flags.FLAGS
 
-# 2 actors, batch 2, unroll 20, 4 action repeats: 160 frames per update.
-SMALL = [
-    "--level_name=atari/pong",
-    "--agent=shallow",
-    "--num_actors=2",
-    "--batch_size=2",
-    "--unroll_length=20",
-]
-FRAMES_PER_UPDATE = 2 * 20 * 4
 FIRST_TARGET = 2000
 SECOND_TARGET = 3000
-RUN_TIMEOUT_S = 150
 
 
 def expected_frames(target: int, start: int = 0) -> int:
     """The frame count after training from `start` until >= target."""
     updates = -(-(target - start) // FRAMES_PER_UPDATE)  # ceil
     return start + updates * FRAMES_PER_UPDATE
-
-
-def command(*args: str) -> list[str]:
-    return [sys.executable, SCRIPT, *args]
-
-
-def run_experiment(*args: str, timeout: float = RUN_TIMEOUT_S):
-    return subprocess.run(
-        command(*args), cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout
-    )
 
 
 def saved_frames(logdir: str) -> int:
@@ -481,3 +467,58 @@ def test_episode_logger_logs_finished_episodes_and_suite_scores(small_flags):
         ((step, value),) = writer.values[f"atari57/training_{tag}"]
         assert step == 100 * len(level_names)
         assert value == pytest.approx(expected, rel=1e-6)  # float32 summaries
+
+
+def test_dequeue_many_batch_is_time_major_like_stacked_unrolls():
+    """The learner's dequeue_many path gives the same batch as stacking."""
+    rng = np.random.default_rng(0)
+    steps, batch_size = 3, 4
+
+    def unroll(i: int) -> experiment.ActorOutput:
+        return experiment.ActorOutput(
+            level_name=f"level{i}".encode(),
+            agent_state=rng.normal(size=[5]).astype(np.float32),
+            env_outputs=(
+                rng.integers(0, 255, [steps, 2, 2, 1], dtype=np.uint8),
+                rng.normal(size=[steps]).astype(np.float32),
+            ),
+            agent_outputs=rng.integers(0, 6, [steps], dtype=np.int32),
+        )
+
+    unrolls = [unroll(i) for i in range(batch_size)]
+    with tf.Graph().as_default():
+        flat = tf.nest.flatten(unrolls[0])
+        queue = tf.queue.FIFOQueue(
+            1,
+            [tf.as_dtype(np.asarray(t).dtype) for t in flat],
+            [np.shape(t) for t in flat],
+        )
+        specs = unrolls[0]
+        placeholders = [
+            tf.compat.v1.placeholder(tf.as_dtype(np.asarray(t).dtype), np.shape(t))
+            for t in flat
+        ]
+        enqueue = queue.enqueue(placeholders)
+        batch = experiment.time_major(
+            tf.nest.pack_sequence_as(specs, queue.dequeue_many(batch_size))
+        )
+        expected = experiment.stack_unrolls(
+            [tf.nest.map_structure(tf.constant, u) for u in unrolls]
+        )
+        with tf.compat.v1.Session() as session:
+            # Capacity 1 < batch_size: dequeue_many collects as enqueues come.
+            feeder = threading.Thread(
+                target=lambda: [
+                    session.run(
+                        enqueue,
+                        dict(zip(placeholders, tf.nest.flatten(u), strict=True)),
+                    )
+                    for u in unrolls
+                ]
+            )
+            feeder.start()
+            got, want = session.run((batch, expected))
+            feeder.join()
+    assert got.env_outputs[0].shape == (steps, batch_size, 2, 2, 1)
+    for g, w in zip(tf.nest.flatten(got), tf.nest.flatten(want), strict=True):
+        np.testing.assert_array_equal(g, w)

@@ -35,24 +35,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from absl import flags
+from run_helpers import FRAMES_PER_UPDATE, REPO_ROOT, RUN_TIMEOUT_S, SCRIPT, SMALL
 
 import experiment
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(REPO_ROOT, "experiment.py")
 FLAGS = flags.FLAGS
 
-SMALL = [
-    "--level_name=atari/pong",
-    "--agent=shallow",
-    "--num_actors=2",
-    "--batch_size=2",
-    "--unroll_length=20",
-]
-FRAMES_PER_UPDATE = 2 * 20 * 4
 ENV_KILL_TARGET = 2400
 FAR_TARGET = 10**6  # Runs stopped by a signal or an error never reach it.
-RUN_TIMEOUT_S = 150
 WAIT_TIMEOUT_S = 120
 
 

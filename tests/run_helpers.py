@@ -1,0 +1,37 @@
+"""What the tests that run experiment.py in a subprocess share.
+
+The small configuration (atari/pong, shallow agent, 2 actors, batch 2, unroll 20, 4
+action repeats: 160 environment frames per learner update) keeps each run to
+seconds on a 2-core machine while still using the real ALE.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(REPO_ROOT, "experiment.py")
+
+SMALL = [
+    "--level_name=atari/pong",
+    "--agent=shallow",
+    "--num_actors=2",
+    "--batch_size=2",
+    "--unroll_length=20",
+]
+FRAMES_PER_UPDATE = 2 * 20 * 4
+RUN_TIMEOUT_S = 150
+
+
+def command(*args: str) -> list[str]:
+    """The command line of experiment.py with `args`."""
+    return [sys.executable, SCRIPT, *args]
+
+
+def run_experiment(*args: str, timeout: float = RUN_TIMEOUT_S):
+    """Runs experiment.py to its end; the CompletedProcess (text output)."""
+    return subprocess.run(
+        command(*args), cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout
+    )
