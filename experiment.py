@@ -6,8 +6,8 @@ Reading order (top to bottom):
                                  create_training_session, check_checkpoint_fits
   the actor                      create_environment, build_actor,
                                  actor_output_specs, make_inference_fn
-  the learner                    clip_rewards, the loss terms, build_learner,
-                                 stack_unrolls, time_major
+  the learner's batch             stack_unrolls, time_major (the loss and
+                                 update: learner.py)
   running actors                 ActorRunner (one thread per actor),
                                  ActorRunnerHook (starts and stops them)
   logging                        ProgressLogger, EpisodeLogger
@@ -49,8 +49,8 @@ import atari57  # noqa: E402
 import cluster  # noqa: E402
 import dmlab30  # noqa: E402
 import environments  # noqa: E402
+import learner as learner_lib  # noqa: E402
 import py_process  # noqa: E402
-import vtrace  # noqa: E402
 
 try:  # dynamic_batching is optional: without its op, inference is unbatched.
     import dynamic_batching  # noqa: E402
@@ -147,17 +147,6 @@ TEST_RESULTS_FILE = "test_results.json"
 
 ActorOutput = collections.namedtuple(
     "ActorOutput", "level_name agent_state env_outputs agent_outputs"
-)
-LearnerConfig = collections.namedtuple(
-    "LearnerConfig",
-    "batch_size unroll_length num_action_repeats total_environment_frames "
-    "discounting reward_clipping baseline_cost entropy_cost learning_rate decay "
-    "momentum epsilon max_grad_norm",
-)
-Losses = collections.namedtuple("Losses", "total policy_gradient baseline entropy")
-LearnerOutputs = collections.namedtuple(
-    "LearnerOutputs",
-    "train_and_count done info num_env_frames losses learning_rate vtrace_returns",
 )
 LearnerPipeline = collections.namedtuple(
     "LearnerPipeline", "batch learner stage_op queue_size"
@@ -277,8 +266,8 @@ def resolve_levels(f=FLAGS) -> tuple[str, list[str]]:
     return level_name, level_names
 
 
-def learner_config_from_flags(f=FLAGS) -> LearnerConfig:
-    return LearnerConfig(
+def learner_config_from_flags(f=FLAGS) -> learner_lib.LearnerConfig:
+    return learner_lib.LearnerConfig(
         batch_size=f.batch_size,
         unroll_length=f.unroll_length,
         num_action_repeats=f.num_action_repeats,
@@ -564,152 +553,7 @@ def make_inference_fn(agent: agent_lib.Agent, device: str):
     return agent, False
 
 
-# -- the learner ----------------------------------------------------------------
-
-
-def clip_rewards(rewards: tf.Tensor, mode: str) -> tf.Tensor:
-    """abs_one: clip to [-1, 1]. soft_asymmetric: 5 tanh(r / 5), negatives x0.3."""
-    if mode == "abs_one":
-        return tf.clip_by_value(rewards, -1.0, 1.0)
-    if mode == "soft_asymmetric":
-        squeezed = tf.tanh(rewards / 5.0)
-        # Negative rewards count less, which keeps agents from over-avoiding.
-        return tf.where(rewards < 0.0, 0.3 * squeezed, squeezed) * 5.0
-    raise ValueError(f"Unknown reward clipping {mode!r}.")
-
-
-def compute_baseline_loss(advantages: tf.Tensor) -> tf.Tensor:
-    """Half the summed squared advantages (vs - V) over [T, B]."""
-    return 0.5 * tf.reduce_sum(tf.square(advantages))
-
-
-def compute_entropy_loss(logits: tf.Tensor) -> tf.Tensor:
-    """Negative entropy of the policy, summed over [T, B]."""
-    policy = tf.nn.softmax(logits)
-    log_policy = tf.nn.log_softmax(logits)
-    return tf.reduce_sum(policy * log_policy)
-
-
-def compute_policy_gradient_loss(
-    logits: tf.Tensor, actions: tf.Tensor, advantages: tf.Tensor
-) -> tf.Tensor:
-    """-sum log pi(a|x) * advantage over [T, B]; advantages get no gradient."""
-    cross_entropy = tf.nn.sparse_softmax_cross_entropy_with_logits(
-        labels=actions, logits=logits
-    )
-    return tf.reduce_sum(cross_entropy * tf.stop_gradient(advantages))
-
-
-def build_learner(
-    agent: agent_lib.Agent,
-    agent_state,
-    env_outputs: environments.StepOutput,
-    agent_outputs: agent_lib.AgentOutput,
-    config: LearnerConfig,
-) -> LearnerOutputs:
-    """The V-trace loss and one RMSProp update on a time-major batch.
-
-    Args:
-      agent_state: core state [B, 256] before step 0 of each unroll.
-      env_outputs: StepOutput of [T + 1, B, ...] tensors.
-      agent_outputs: AgentOutput of [T + 1, B, ...] (the actors' outputs).
-      config: LearnerConfig.
-
-    Returns:
-      LearnerOutputs: train_and_count (runs the update, then returns the new
-      frame count int64), done / info [T, B] of the batch (for episode
-      logging), num_env_frames (the global step variable), losses (Losses:
-      total and each weighted term, scalars), learning_rate and
-      vtrace_returns (vtrace.VTraceFromLogitsReturns, [T, B] each).
-    """
-    learner_outputs, _ = agent.unroll(agent_outputs.action, env_outputs, agent_state)
-    # The value of the state after the last transition, for bootstrapping.
-    bootstrap_value = learner_outputs.baseline[-1]
-
-    # Align: the learner's output at t (computed from env output t) chose the
-    # action the actor recorded at t + 1, which produced env output t + 1.
-    agent_outputs = tf.nest.map_structure(lambda t: t[1:], agent_outputs)
-    rewards, infos, done, _ = tf.nest.map_structure(lambda t: t[1:], env_outputs)
-    learner_outputs = tf.nest.map_structure(lambda t: t[:-1], learner_outputs)
-
-    clipped_rewards = clip_rewards(rewards, config.reward_clipping)
-    discounts = tf.cast(~done, tf.float32) * config.discounting
-
-    # V-trace's sequential recursion is faster on the CPU.
-    with tf.device("/cpu:0"):
-        vtrace_returns = vtrace.from_logits(
-            behaviour_policy_logits=agent_outputs.policy_logits,
-            target_policy_logits=learner_outputs.policy_logits,
-            actions=agent_outputs.action,
-            discounts=discounts,
-            rewards=clipped_rewards,
-            values=learner_outputs.baseline,
-            bootstrap_value=bootstrap_value,
-        )
-
-    pg_loss = compute_policy_gradient_loss(
-        learner_outputs.policy_logits,
-        agent_outputs.action,
-        vtrace_returns.pg_advantages,
-    )
-    baseline_loss = config.baseline_cost * compute_baseline_loss(
-        vtrace_returns.vs - learner_outputs.baseline
-    )
-    entropy_loss = config.entropy_cost * compute_entropy_loss(
-        learner_outputs.policy_logits
-    )
-    total_loss = pg_loss + baseline_loss + entropy_loss
-
-    num_env_frames = tf.compat.v1.train.get_or_create_global_step()
-    learning_rate = tf.compat.v1.train.polynomial_decay(
-        config.learning_rate,
-        num_env_frames,
-        max(config.total_environment_frames, 1),
-        end_learning_rate=0.0,
-    )
-    optimizer = tf.compat.v1.train.RMSPropOptimizer(
-        learning_rate, config.decay, config.momentum, config.epsilon
-    )
-    grads_and_vars = optimizer.compute_gradients(
-        total_loss, var_list=agent.trainable_variables
-    )
-    gradients, variables = zip(*grads_and_vars, strict=True)
-    global_norm = tf.linalg.global_norm(gradients)
-    # A NaN/Inf loss or gradient stops the step before any variable changes.
-    gradients = guard_finite_update(total_loss, gradients, global_norm, num_env_frames)
-    if config.max_grad_norm > 0:
-        gradients, _ = tf.clip_by_global_norm(
-            gradients, config.max_grad_norm, use_norm=global_norm
-        )
-    train_op = optimizer.apply_gradients(zip(gradients, variables, strict=True))
-
-    # The update and the frame count move together: global step = frames.
-    frames_per_update = (
-        config.batch_size * config.unroll_length * config.num_action_repeats
-    )
-    with tf.control_dependencies([train_op]):
-        train_and_count = num_env_frames.assign_add(frames_per_update)
-
-    entropy = -compute_entropy_loss(learner_outputs.policy_logits) / tf.cast(
-        tf.size(done), tf.float32
-    )
-    summary = tf.compat.v1.summary
-    summary.scalar("learning_rate", learning_rate)
-    summary.scalar("total_loss", total_loss)
-    summary.scalar("loss/policy_gradient", pg_loss)
-    summary.scalar("loss/baseline", baseline_loss)
-    summary.scalar("loss/entropy", entropy_loss)
-    summary.scalar("policy_entropy", entropy)
-    summary.scalar("gradient_global_norm", global_norm)
-    return LearnerOutputs(
-        train_and_count=train_and_count,
-        done=done,
-        info=infos,
-        num_env_frames=num_env_frames,
-        losses=Losses(total_loss, pg_loss, baseline_loss, entropy_loss),
-        learning_rate=learning_rate,
-        vtrace_returns=vtrace_returns,
-    )
+# -- the learner's batch (its loss and update are in learner.py) ---------------
 
 
 def stack_unrolls(unrolls: list[ActorOutput]) -> ActorOutput:
@@ -947,7 +791,7 @@ class ActorRunnerHook(tf.compat.v1.train.SessionRunHook):
 #   * an environment process that dies or raises: ActorRunner restarts it
 #     (EnvironmentRestarts counts restarts for TensorBoard); repeated failures
 #     end training with EnvironmentFailedError;
-#   * a NaN/Inf loss or gradient: guard_finite_update fails the step before
+#   * a NaN/Inf loss or gradient: learner.guard_finite_update fails the step before
 #     the update, NonFiniteUpdateError ends training without saving;
 #   * a killed learner or a damaged newest checkpoint: checkpoint_saver
 #     writes every file atomically, resume_checkpoint picks the newest
@@ -963,7 +807,6 @@ ENV_RESTART_DELAY_SECS = 1.0
 # Checkpoints kept in --logdir (older ones are deleted as new ones come); at
 # least 2, so that a damaged newest checkpoint leaves one to resume from.
 CHECKPOINTS_TO_KEEP = 5
-NON_FINITE_MARKER = "NaN or infinite loss or gradient"
 
 
 class TrainingError(RuntimeError):
@@ -1022,58 +865,10 @@ class EnvironmentRestarts:
         return count
 
 
-def guard_finite_update(
-    loss: tf.Tensor, gradients, global_norm: tf.Tensor, num_env_frames: tf.Tensor
-) -> list:
-    """`gradients`, gated on the loss and every gradient being finite.
-
-    The returned gradients (same structure; tf.IndexedSlices stay so) depend
-    on one tf.debugging.Assert over the loss and all gradients, so no
-    variable update can run (nor the frame count increment that follows the
-    update) when any of them holds a NaN or an infinity: the step fails with
-    an InvalidArgumentError whose message contains NON_FINITE_MARKER, the
-    frame count, the loss and the gradients' global norm. raise_if_non_finite
-    turns it into NonFiniteUpdateError; the session then closes without
-    saving (its hooks' `end` only runs on a normal exit).
-    """
-
-    def values(gradient):
-        return gradient.values if isinstance(gradient, tf.IndexedSlices) else gradient
-
-    finite = [tf.reduce_all(tf.math.is_finite(loss))] + [
-        tf.reduce_all(tf.math.is_finite(values(g))) for g in gradients if g is not None
-    ]
-    check = tf.debugging.Assert(
-        tf.reduce_all(tf.stack(finite)),
-        [
-            NON_FINITE_MARKER,
-            "frames:",
-            num_env_frames,
-            "total loss:",
-            loss,
-            "gradient global norm:",
-            global_norm,
-        ],
-        name="check_finite_update",
-    )
-
-    def gated(gradient):
-        if gradient is None:
-            return None
-        if isinstance(gradient, tf.IndexedSlices):
-            return tf.IndexedSlices(
-                tf.identity(gradient.values), gradient.indices, gradient.dense_shape
-            )
-        return tf.identity(gradient)
-
-    with tf.control_dependencies([check]):
-        return [gated(g) for g in gradients]
-
-
 def raise_if_non_finite(error: tf.errors.OpError) -> None:
-    """Raises NonFiniteUpdateError when `error` is guard_finite_update's."""
+    """Raises NonFiniteUpdateError when `error` is learner.guard_finite_update's."""
     text = error.message or ""
-    if NON_FINITE_MARKER not in text:
+    if learner_lib.NON_FINITE_MARKER not in text:
         return
 
     def field(name: str) -> str:
@@ -1087,7 +882,7 @@ def raise_if_non_finite(error: tf.errors.OpError) -> None:
         else "no checkpoint had been written yet"
     )
     raise NonFiniteUpdateError(
-        f"{NON_FINITE_MARKER} in the learner step at {field('frames:')} "
+        f"{learner_lib.NON_FINITE_MARKER} in the learner step at {field('frames:')} "
         f"environment frames (total loss {field('total loss:')}, gradient global "
         f"norm {field('gradient global norm:')}). Training stopped before "
         f"applying this update, and nothing was saved after it: {kept}. Find "
@@ -1506,7 +1301,7 @@ def build_learner_pipeline(
     agent: agent_lib.Agent,
     queue: tf.queue.FIFOQueue,
     specs,
-    config: LearnerConfig,
+    config: learner_lib.LearnerConfig,
     device: str,
 ) -> LearnerPipeline:
     """Dequeue batch_size unrolls, stack them time-major, stage them, learn.
@@ -1527,7 +1322,7 @@ def build_learner_pipeline(
         area = _staging_area(flat)
         stage_op = area.put(flat)
         batch = tf.nest.pack_sequence_as(specs, area.get())
-        learner = build_learner(
+        learner = learner_lib.build_learner(
             agent, batch.agent_state, batch.env_outputs, batch.agent_outputs, config
         )
     return LearnerPipeline(
@@ -1943,7 +1738,7 @@ def build_learner_task(
     config: "cluster.ClusterConfig",
     specs,
     num_actions: int,
-    learner_config: LearnerConfig,
+    learner_config: learner_lib.LearnerConfig,
 ) -> LearnerTaskOps:
     """The learner task's graph (call inside a fresh graph).
 

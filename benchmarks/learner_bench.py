@@ -1,12 +1,12 @@
 """The learner alone: steps/s and frames/s it can consume, no actors (issue 9).
 
 Builds experiment.py's learner in-process, exactly as training does
-(`experiment.build_learner_pipeline`: dequeue `batch_size` unrolls, stack
-them time-major, stage them, V-trace loss, one RMSProp update), and feeds it
+(`experiment.build_learner_pipeline`: dequeue_many `batch_size` unrolls,
+make them time-major, stage them, V-trace loss, one RMSProp update), and feeds it
 random-but-valid unrolls (uint8 frames, sparse `done`, actions in range,
 finite logits/rewards) from a queue that is pre-filled before each timed
 stretch, so no actor or environment competes for the CPU. A second mode,
-"fixed batch", runs `experiment.build_learner` on one batch held in local
+"fixed batch", runs `learner.build_learner` on one batch held in local
 variables (no queue, no stacking, no staging): the network's forward and
 backward pass and the update alone.
 
@@ -77,6 +77,7 @@ def bench_config(
 
     import agent as agent_lib
     import environments
+    import learner as learner_lib
 
     f = experiment.FLAGS
     f.agent = agent_name
@@ -133,7 +134,7 @@ def bench_config(
                 return variable.read_value()
 
             batch = tf.nest.map_structure(hold, stacked)
-            learner = experiment.build_learner(
+            learner = learner_lib.build_learner(
                 agent, batch.agent_state, batch.env_outputs, batch.agent_outputs, config
             )
             fetches = learner.train_and_count
@@ -252,7 +253,7 @@ def main() -> None:
     print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|")
     for r in results:
         mode = (
-            "pre-filled queue (dequeue, stack, stage)"
+            "pre-filled queue (dequeue_many, time-major, stage)"
             if r["mode"] == "queue"
             else "fixed batch in variables"
         )

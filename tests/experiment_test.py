@@ -30,6 +30,7 @@ from run_helpers import (
 
 import agent as agent_lib
 import experiment
+import learner as learner_lib
 import py_process
 
 FLAGS = flags.FLAGS
@@ -322,8 +323,8 @@ def test_clip_rewards():
         rewards = tf.constant([-10.0, -0.5, 0.0, 0.5, 10.0])
         abs_one, soft = session.run(
             (
-                experiment.clip_rewards(rewards, "abs_one"),
-                experiment.clip_rewards(rewards, "soft_asymmetric"),
+                learner_lib.clip_rewards(rewards, "abs_one"),
+                learner_lib.clip_rewards(rewards, "soft_asymmetric"),
             )
         )
     np.testing.assert_allclose(abs_one, [-1, -0.5, 0, 0.5, 1])
@@ -398,7 +399,7 @@ def test_learner_updates_lower_the_loss_on_a_fixed_batch(small_flags):
             [tf.nest.map_structure(tf.constant, u) for u in unrolls]
         )
         assert batch.env_outputs.reward.shape == (FLAGS.unroll_length + 1, 2)
-        learner = experiment.build_learner(
+        learner = learner_lib.build_learner(
             agent, batch.agent_state, batch.env_outputs, batch.agent_outputs, config
         )
         returns = learner.vtrace_returns

@@ -38,6 +38,7 @@ from absl import flags
 from run_helpers import FRAMES_PER_UPDATE, REPO_ROOT, RUN_TIMEOUT_S, SCRIPT, SMALL
 
 import experiment
+import learner as learner_lib
 
 FLAGS = flags.FLAGS
 
@@ -485,7 +486,7 @@ def test_guard_finite_update_blocks_the_update(parsed_flags, tmp_path):
         loss = tf.reduce_sum(weights * x)
         optimizer = tf.compat.v1.train.GradientDescentOptimizer(0.1)
         gradients, variables = zip(*optimizer.compute_gradients(loss), strict=True)
-        gradients = experiment.guard_finite_update(
+        gradients = learner_lib.guard_finite_update(
             loss, gradients, tf.linalg.global_norm(gradients), frames
         )
         train_op = optimizer.apply_gradients(zip(gradients, variables, strict=True))
