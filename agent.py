@@ -162,7 +162,22 @@ class _InstructionEncoder(snt.Module):
 class Agent(snt.Module):
     """IMPALA agent: `unroll` over [T, B, ...] and a one-step `__call__`."""
 
-    def __init__(self, num_actions: int, torso: str = "deep", name: str = "agent"):
+    def __init__(
+        self,
+        num_actions: int,
+        torso: str = "deep",
+        use_instruction: bool = True,
+        name: str = "agent",
+    ):
+        """num_actions: policy size; torso: 'deep' or 'shallow'.
+
+        use_instruction=False drops the instruction encoder and feeds the core
+        zeros in its place: for levels whose instructions are all empty
+        (Atari), where the encoder outputs exactly zeros anyway, so the
+        network computes the same function, with the same variable shapes
+        elsewhere, and skips ~150 graph ops per call (a third of a one-step
+        shallow forward pass; BENCHMARKS.md, "Profile").
+        """
         super().__init__(name=name)
         if torso not in TORSOS:
             raise ValueError(f"torso={torso!r} is not one of {TORSOS}")
@@ -170,7 +185,7 @@ class Agent(snt.Module):
         self._torso_kind = torso
         with self.name_scope:
             self._torso = _DeepTorso() if torso == "deep" else _ShallowTorso()
-            self._instruction = _InstructionEncoder()
+            self._instruction = _InstructionEncoder() if use_instruction else None
             self._core = snt.LSTM(CORE_LSTM_SIZE, name="core_lstm")
             self._policy = snt.Linear(num_actions, name="policy_logits")
             self._baseline = snt.Linear(1, name="baseline")
@@ -199,9 +214,11 @@ class Agent(snt.Module):
         torso = self._torso(frame)
         reward = tf.clip_by_value(tf.cast(env_outputs.reward, tf.float32), -1.0, 1.0)
         one_hot = tf.one_hot(last_actions, self._num_actions)
-        return tf.concat(
-            [torso, reward[:, None], one_hot, self._instruction(instruction)], axis=1
-        )
+        if self._instruction is None:
+            code = tf.zeros([tf.shape(torso)[0], INSTRUCTION_LSTM_SIZE])
+        else:
+            code = self._instruction(instruction)
+        return tf.concat([torso, reward[:, None], one_hot, code], axis=1)
 
     def _head(self, core_output: tf.Tensor) -> AgentOutput:
         """[N, 256] -> AgentOutput(action [N], logits [N, A], baseline [N])."""

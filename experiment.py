@@ -4,7 +4,7 @@ Reading order (top to bottom):
   flags and their validation     validate_flags, resolve_levels
   devices and sessions           learner_device, session_config,
                                  create_training_session, check_checkpoint_fits
-  the actor                      create_environment, build_actor,
+  the actor                      create_agent, create_environment, build_actor,
                                  actor_output_specs, make_inference_fn
   the learner's batch             stack_unrolls, time_major (the loss and
                                  update: learner.py)
@@ -378,6 +378,19 @@ def check_checkpoint_fits(checkpoint: str | None) -> None:
 # -- the actor ------------------------------------------------------------------
 
 
+def create_agent(
+    num_actions: int, level_names: list[str], name: str = "agent"
+) -> agent_lib.Agent:
+    """The --agent network, with an instruction encoder only where some level
+    has instructions (DeepMind Lab); Atari's are all empty."""
+    return agent_lib.Agent(
+        num_actions,
+        torso=FLAGS.agent,
+        use_instruction=not all(map(environments.is_atari_level, level_names)),
+        name=name,
+    )
+
+
 def create_environment(
     level_name: str, seed: int, level_names: list[str], is_test: bool = False
 ) -> tuple[py_process.PyProcess, environments.FlowEnvironment]:
@@ -523,7 +536,7 @@ def actor_output_specs(level_name: str, level_names: list[str], num_actions: int
     without building (or running) an actor.
     """
     with tf.Graph().as_default():
-        scratch_agent = agent_lib.Agent(num_actions, torso=FLAGS.agent)
+        scratch_agent = create_agent(num_actions, level_names)
         _, env = create_environment(level_name, seed=0, level_names=level_names)
         output, _ = build_actor(scratch_agent, env, level_name, FLAGS.unroll_length)
         return tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), output)
@@ -1417,7 +1430,7 @@ def train(level_name: str, level_names: list[str]) -> None:
     with tf.Graph().as_default():
         tf.compat.v1.set_random_seed(FLAGS.seed)
         device = learner_device()
-        agent = agent_lib.Agent(num_actions, torso=FLAGS.agent)
+        agent = create_agent(num_actions, level_names)
         queue = create_queue(specs)
         # The learner builds the agent's variables (in the main graph).
         pipeline = build_learner_pipeline(agent, queue, specs, config, device)
@@ -1474,7 +1487,7 @@ def test(level_name: str, level_names: list[str]) -> dict:
     num_actions = environments.num_actions(level_names)
     level_returns = {name: [] for name in level_names}
     with tf.Graph().as_default():
-        agent = agent_lib.Agent(num_actions, torso=FLAGS.agent)
+        agent = create_agent(num_actions, level_names)
         outputs = {}
         for name in level_names:
             _, env = create_environment(
@@ -1737,7 +1750,7 @@ def _reachable(host_port: str, timeout_secs: float = 1.0) -> bool:
 def build_learner_task(
     config: "cluster.ClusterConfig",
     specs,
-    num_actions: int,
+    level_names: list[str],
     learner_config: learner_lib.LearnerConfig,
 ) -> LearnerTaskOps:
     """The learner task's graph (call inside a fresh graph).
@@ -1747,7 +1760,7 @@ def build_learner_task(
     """
     task_device = cluster.learner_device()
     with tf.device(task_device), variables_on(f"{task_device}/cpu:0"):
-        agent = agent_lib.Agent(num_actions, torso=FLAGS.agent)
+        agent = create_agent(environments.num_actions(level_names), level_names)
         queue = create_queue(specs)
         pipeline = build_learner_pipeline(
             agent, queue, specs, learner_config, learner_device()
@@ -1800,7 +1813,7 @@ def train_distributed_learner(
     )
     with tf.Graph().as_default():
         tf.compat.v1.set_random_seed(FLAGS.seed)
-        ops = build_learner_task(config, specs, num_actions, learner_config)
+        ops = build_learner_task(config, specs, level_names, learner_config)
         pipeline = ops.pipeline
         summary_writer = tf.compat.v1.summary.FileWriterCache.get(FLAGS.logdir)
         episodes = EpisodeLogger(summary_writer, level_name, level_names)
@@ -1992,9 +2005,7 @@ def build_actor_task(
     learner = cluster.learner_device()
     level_name = level_names[config.task % len(level_names)]
     with tf.device(config.device):
-        local_agent = agent_lib.Agent(
-            num_actions, torso=FLAGS.agent, name=LOCAL_AGENT_NAME
-        )
+        local_agent = create_agent(num_actions, level_names, name=LOCAL_AGENT_NAME)
         process, env = create_environment(
             level_name, seed=FLAGS.seed + config.task, level_names=level_names
         )
@@ -2013,7 +2024,7 @@ def build_actor_task(
         enqueue = queue.enqueue(tf.nest.flatten(placeholders))
     with tf.device(f"{learner}/cpu:0"):
         # Declares the learner's variables here; the ops of this call never run.
-        global_agent = agent_lib.Agent(num_actions, torso=FLAGS.agent)
+        global_agent = create_agent(num_actions, level_names)
         build_agent_variables(global_agent, specs)
         state = create_cluster_state(config.num_actors, is_learner=False)
         confirm_finished = state.finished_actors.scatter_update(

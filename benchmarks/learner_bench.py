@@ -75,7 +75,6 @@ def bench_config(
     import numpy as np
     import tensorflow as tf
 
-    import agent as agent_lib
     import environments
     import learner as learner_lib
 
@@ -91,7 +90,7 @@ def bench_config(
     flat_data = random_unrolls(specs, num_actions, UNIQUE_UNROLLS, rng)
     with tf.Graph().as_default():
         tf.compat.v1.set_random_seed(1)
-        agent = agent_lib.Agent(num_actions, torso=agent_name)
+        agent = experiment.create_agent(num_actions, level_names)  # as in training
         flat_specs = tf.nest.flatten(specs)
         if mode == "queue":
             # Room for the whole pre-fill: the learner's queue itself has

@@ -205,3 +205,37 @@ def test_gradients_reach_every_variable():
 def test_unknown_torso_is_an_error():
     with pytest.raises(ValueError, match="torso"):
         agent_lib.Agent(4, torso="medium")
+
+
+def test_without_instruction_encoder_same_outputs_on_empty_instructions():
+    """use_instruction=False (Atari) computes what the full agent computes
+    for empty instructions, with the same variables minus the encoder's."""
+    t, b = 4, 3
+    with tf.Graph().as_default():
+        tf.compat.v1.set_random_seed(3)
+        full = agent_lib.Agent(6, torso="shallow", name="full")
+        lean = agent_lib.Agent(6, torso="shallow", use_instruction=False, name="lean")
+        env = to_constants(make_env_outputs([t, b], instruction=""))
+        actions = tf.constant(np.random.RandomState(1).randint(0, 6, [t, b]), tf.int32)
+        outputs = [
+            agent.unroll(actions, env, agent.initial_state(b))[0].policy_logits
+            for agent in (full, lean)
+        ]
+
+        def short(v):
+            return v.name.split("/", 1)[1]
+
+        full_vars = {short(v): v for v in full.trainable_variables}
+        lean_vars = {short(v): v for v in lean.trainable_variables}
+        assert set(lean_vars) < set(full_vars)
+        assert all(
+            name.startswith("instruction/") for name in set(full_vars) - set(lean_vars)
+        )
+        copy = [lean_vars[n].assign(full_vars[n]) for n in lean_vars]
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            before_full, before_lean = session.run(outputs)
+            session.run(copy)
+            after_full, after_lean = session.run(outputs)
+    assert not np.allclose(before_full, before_lean)  # different weights first
+    np.testing.assert_allclose(after_full, after_lean, atol=1e-5)

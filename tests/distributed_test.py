@@ -113,7 +113,7 @@ def test_actor_graph_declares_the_learners_queue_and_variables(parsed_flags):
             experiment.build_learner_task(
                 learner_config,
                 specs,
-                num_actions,
+                levels,
                 experiment.learner_config_from_flags(),
             )
 
