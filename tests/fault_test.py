@@ -215,8 +215,10 @@ def learner_kill_run(logdir, env_kill_run):
     )
     try:
         resumed = frames_of(run.wait_for(r"Resuming from a checkpoint at (\d+) "))
+        # A checkpoint past the resumed one, whole on disk ('Saving
+        # checkpoints for N' comes before N is written).
         run.wait_for(
-            r"Saving checkpoints for (\d+) ",
+            r"after saving checkpoint (\d+)",
             after=lambda m: frames_of(m) > resumed + FRAMES_PER_UPDATE,
         )
         children = environment_pids(run.process.pid)
