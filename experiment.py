@@ -935,8 +935,13 @@ def checkpoint_saver() -> tf.compat.v1.train.Saver:
     state file names. (Renames are atomic against a killed process; without
     fsync they are not guaranteed against a power loss.)
     """
+    # Relative paths in the `checkpoint` state file: a --logdir that was
+    # moved or copied (another disk, another host) still names its files.
     return tf.compat.v1.train.Saver(
-        sharded=False, max_to_keep=CHECKPOINTS_TO_KEEP, allow_empty=True
+        sharded=False,
+        max_to_keep=CHECKPOINTS_TO_KEEP,
+        allow_empty=True,
+        save_relative_paths=True,
     )
 
 
@@ -985,6 +990,40 @@ def checkpoint_problem(prefix: str) -> str | None:
     return None
 
 
+def newest_whole_checkpoint(logdir: str, candidates: list[str], use: str) -> str:
+    """The first of `candidates` (newest first) that reads back whole.
+
+    Logs a warning naming each newer, damaged one (left in place: nothing is
+    ever deleted here); `use` says what is done with the chosen one, e.g.
+    'resuming from'.
+
+    Raises:
+      CheckpointError: none of them reads back whole.
+    """
+    damaged = []
+    for prefix in candidates:
+        problem = checkpoint_problem(prefix)
+        if problem is None:
+            break
+        damaged.append(f"{prefix} ({problem})")
+    else:
+        raise CheckpointError(
+            f"--logdir={logdir} holds a training run, but none of its "
+            f"checkpoints can be restored: {'; '.join(damaged)}. Nothing was "
+            f"deleted and training did not start from scratch. Restore the files "
+            f"from a backup, or use another --logdir for a new run."
+        )
+    for problem in damaged:
+        logging.warning(
+            "Checkpoint %s cannot be restored: %s the previous checkpoint %s "
+            "instead. The damaged files are left in place.",
+            problem,
+            use,
+            prefix,
+        )
+    return prefix
+
+
 def resume_checkpoint(logdir: str) -> str | None:
     """Chooses the checkpoint training resumes from; None for a new run.
 
@@ -1011,26 +1050,7 @@ def resume_checkpoint(logdir: str) -> str | None:
                 f"the file away to start a new run there, or use another --logdir."
             )
         return None
-    damaged = []
-    for prefix in candidates:
-        problem = checkpoint_problem(prefix)
-        if problem is None:
-            break
-        damaged.append(f"{prefix} ({problem})")
-    else:
-        raise CheckpointError(
-            f"--logdir={logdir} holds a training run, but none of its "
-            f"checkpoints can be restored: {'; '.join(damaged)}. Nothing was "
-            f"deleted and training did not start from scratch. Restore the files "
-            f"from a backup, or use another --logdir for a new run."
-        )
-    for problem in damaged:
-        logging.warning(
-            "Checkpoint %s cannot be restored: resuming from the previous "
-            "checkpoint %s instead. The damaged files are left in place.",
-            problem,
-            prefix,
-        )
+    prefix = newest_whole_checkpoint(logdir, candidates, "resuming from")
     check_checkpoint_fits(prefix)
     try:
         state = tf.train.get_checkpoint_state(logdir)
@@ -1478,12 +1498,15 @@ def test(level_name: str, level_names: list[str]) -> dict:
     Logs the mean return per level (and the suite's human-normalised scores)
     and writes them to <logdir>/test_results.json. Returns that dict.
     """
-    checkpoint = tf.train.latest_checkpoint(FLAGS.logdir)
-    if checkpoint is None:
+    # The newest checkpoint that reads back whole, found the way training
+    # finds the one it resumes from; test mode writes nothing but its JSON.
+    candidates = find_checkpoints(FLAGS.logdir)
+    if not candidates:
         raise FlagError(
             f"--logdir={FLAGS.logdir}: no checkpoint to test; train first with "
             f"--mode=train --logdir={FLAGS.logdir}, or point --logdir at a run."
         )
+    checkpoint = newest_whole_checkpoint(FLAGS.logdir, candidates, "testing")
     num_actions = environments.num_actions(level_names)
     level_returns = {name: [] for name in level_names}
     with tf.Graph().as_default():

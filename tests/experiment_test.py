@@ -9,6 +9,7 @@ timeout, so a hang fails the test instead of stalling CI.
 import glob
 import json
 import os
+import shutil
 import subprocess
 import threading
 import time
@@ -193,12 +194,19 @@ def test_rerun_resumes_from_checkpoint(trained):
     assert saved_frames(trained.logdir) == expected_frames(SECOND_TARGET, first)
 
 
-def test_test_mode_plays_an_episode_and_writes_json(trained):
+def test_test_mode_plays_an_episode_and_writes_json(trained, tmp_path):
+    # On a copy at another path: the checkpoint state file names its files
+    # relative to the logdir, so a moved run still finds them.
+    with open(os.path.join(trained.logdir, "checkpoint")) as f:
+        assert trained.logdir not in f.read()
+    moved = str(tmp_path / "moved")
+    shutil.copytree(trained.logdir, moved)
     result = run_experiment(
-        *SMALL, f"--logdir={trained.logdir}", "--mode=test", "--test_num_episodes=1"
+        *SMALL, f"--logdir={moved}", "--mode=test", "--test_num_episodes=1"
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    with open(os.path.join(trained.logdir, experiment.TEST_RESULTS_FILE)) as f:
+    assert f"from {moved}/model.ckpt-" in result.stderr
+    with open(os.path.join(moved, experiment.TEST_RESULTS_FILE)) as f:
         results = json.load(f)
     pong = results["levels"]["atari/pong"]
     assert len(pong["returns"]) == 1
