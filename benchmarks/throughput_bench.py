@@ -26,8 +26,11 @@ Parts (each one invocation; `--part=all` runs them in turn):
            training since this benchmark)
   profile  shallow agent, 8 actors, batch 8, unroll 20: the CPU time of each
            thread group and process over the window (/proc), optionally
-           `--py_spy` samples; with `--baseline_code=git:REV` the same run of
-           the code at REV first (before/after a fix, interleaved)
+           `--py_spy` samples
+  ab       shallow agent, 8 actors, batch 8, unroll 20, batching on and off:
+           for before/after comparisons
+  With `--baseline_code=git:REV` (any part) each configuration also runs on
+  the code at REV, first (before/after a fix, interleaved).
 
 Each configuration's child is a fresh process, so start-up (TensorFlow
 import, graph build, children start) costs ~15-25 s per run on an idle
@@ -116,6 +119,18 @@ PARTS = {
             unroll_length=20,
             dynamic_batching=True,
         )
+    ],
+    # Before/after a change to the agent or the loop (with --baseline_code):
+    # shallow agent, 8 actors, batching on and off.
+    "ab": [
+        dict(
+            agent="shallow",
+            num_actors=8,
+            batch_size=8,
+            unroll_length=20,
+            dynamic_batching=b,
+        )
+        for b in (True, False)
     ],
 }
 
@@ -256,7 +271,7 @@ def run_part(part: str, args) -> dict:
     )
     runs = []
     variants = [("current", code_dir, True)]
-    if part == "profile" and args.baseline_code:
+    if args.baseline_code:
         if args.baseline_code.startswith("git:"):
             rev = args.baseline_code.removeprefix("git:")
             base_dir = export_git_revision(rev)
@@ -269,7 +284,7 @@ def run_part(part: str, args) -> dict:
             (f"baseline {rev}", base_dir, has_flag),
             ("current", code_dir, True),
         ]
-    repeats = args.repeats or (2 if part == "profile" else 1)
+    repeats = args.repeats or (2 if part in ("profile", "ab") else 1)
     for repeat in range(repeats):
         for config in configs:
             for label, directory, has_flag in variants:
