@@ -132,6 +132,13 @@ flags.DEFINE_integer(
     "when it ends and on SIGINT/SIGTERM.",
 )
 flags.DEFINE_integer(
+    "environment_timeout_secs",
+    600,
+    "Seconds an environment process may take to answer one call (a step, or "
+    "the first observation of a level, which DeepMind Lab may need minutes to "
+    "compile) before it is taken for hung, killed and restarted; 0 = no limit.",
+)
+flags.DEFINE_integer(
     "testonly_nan_reward_at_frame",
     0,
     "For tests only: from this environment frame on, the learner sees NaN "
@@ -186,6 +193,11 @@ def validate_flags(f=FLAGS) -> None:
     require(f.entropy_cost >= 0.0, "entropy_cost", "must be >= 0.")
     require(f.baseline_cost >= 0.0, "baseline_cost", "must be >= 0.")
     require(f.save_checkpoint_secs > 0, "save_checkpoint_secs", "must be >= 1.")
+    require(
+        f.environment_timeout_secs >= 0,
+        "environment_timeout_secs",
+        "must be >= 0 (0: wait for an environment forever).",
+    )
     require(
         f.testonly_nan_reward_at_frame >= 0,
         "testonly_nan_reward_at_frame",
@@ -408,6 +420,9 @@ def create_environment(
         # DQN/IMPALA setup); test mode always plays whole games.
         episode_life=not is_test,
     )
+    # A hung environment (a stopped process, a library stuck in a loop) is
+    # killed after this long; the actor then restarts it like a dead one.
+    process.call_timeout_s = FLAGS.environment_timeout_secs or None
     return process, environments.FlowEnvironment(process.proxy)
 
 

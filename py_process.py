@@ -32,6 +32,11 @@ Failure behaviour (what the rest of the code base may rely on):
   * An exception in the constructor surfaces from `start()` (and so from
     `PyProcessHook.begin()`, i.e. from session creation) as `PyProcessRemoteError`
     with the original type name, message and traceback.
+  * A child that does not answer a call within `PyProcess.call_timeout_s`
+    seconds (None, the default: no limit) is taken for hung (an environment
+    stuck in a loop, a stopped process): it is SIGKILLed and the call raises
+    `PyProcessError` ("... was killed after no answer for 60 s by the parent
+    while running step()").
   * `alive` is False after any of these; `restart()` kills the old child (if
     running) and starts a fresh one with the same constructor arguments; ops built
     before keep working because they look up the current child at call time.
@@ -431,13 +436,21 @@ class _Child:
             PyProcessDiedError(f"{self.name} {cause}", returncode), cause
         )
 
-    def _receive(self, activity: str) -> tuple:
+    def _receive(self, activity: str, timeout: float | None = None) -> tuple:
+        deadline = None if timeout is None else time.monotonic() + timeout
         while True:
+            wait = _POLL_INTERVAL_S
+            if deadline is not None:
+                wait = max(0.0, min(wait, deadline - time.monotonic()))
             try:
-                if self.conn.poll(_POLL_INTERVAL_S):
+                if self.conn.poll(wait):
                     return pickle.loads(self.conn.recv_bytes())
             except (EOFError, OSError):
                 raise self._gone(activity) from None
+            if deadline is not None and time.monotonic() >= deadline:
+                # Hung: the pipe then reports EOF, and _gone says why.
+                self.kill(f"killed after no answer for {timeout:g} s")
+                raise self._gone(activity)
             if self.popen.poll() is not None:
                 # Exited; a last message may still sit in the pipe.
                 try:
@@ -496,7 +509,9 @@ class _Child:
         cause = f"sent an unexpected message {message[0]!r} while starting"
         raise self._set_failure(PyProcessError(f"{self.name} {cause}"), cause)
 
-    def call(self, method: str, args: tuple, kwargs: dict) -> Any:
+    def call(
+        self, method: str, args: tuple, kwargs: dict, timeout: float | None = None
+    ) -> Any:
         activity = f"running {method}()"
         if self.failure is not None or self.stop_reason is not None:
             raise self._unusable(f"{method}()")
@@ -512,7 +527,7 @@ class _Child:
             self.conn.send_bytes(data)
         except OSError:
             raise self._gone(activity) from None
-        message = self._receive(activity)
+        message = self._receive(activity, timeout)
         if message[0] == "ok":
             return message[1]
         if message[0] == "error":
@@ -597,6 +612,10 @@ class PyProcess:
     """
 
     COLLECTION = "py_process_processes"
+
+    # Seconds a call may wait for the child's answer before the child is taken
+    # for hung and killed (see the module docstring); None: no limit.
+    call_timeout_s: float | None = None
 
     def __init__(self, type_: type, *constructor_args: Any, **constructor_kwargs: Any):
         import tensorflow as tf
@@ -748,7 +767,7 @@ class PyProcess:
                     f"Call start() or pass PyProcessHook() to the MonitoredSession."
                 )
             child.ensure_ready()
-            return child.call(method, args, kwargs)
+            return child.call(method, args, kwargs, self.call_timeout_s)
 
     def _method_arguments(self, method: str, args: tuple, kwargs: dict) -> dict:
         """Binds the proxy call's arguments to the method's parameter names."""

@@ -4,8 +4,10 @@ The end-to-end tests run experiment.py on the real ALE (atari/pong, small
 sizes) in subprocesses that share one --logdir, one after the other, so that
 each run starts from what the previous one left:
 
-  1. a run to 2400 frames during which one environment process is SIGKILLed:
-     it restarts, the run reaches its target and exits 0;
+  1. a run to 4000 frames during which one environment process is SIGKILLed
+     and the other SIGSTOPped (hung: alive but silent; killed after
+     --environment_timeout_secs): both restart, the run reaches its target
+     and exits 0;
   2. a resumed run whose learner is SIGKILLed right after a checkpoint;
   3. a rerun: it resumes at that checkpoint's frame count; SIGTERM then
      stops it with a final checkpoint, exit code 143 and no child left;
@@ -42,7 +44,8 @@ import learner as learner_lib
 
 FLAGS = flags.FLAGS
 
-ENV_KILL_TARGET = 2400
+ENV_KILL_TARGET = 4000
+HANG_TIMEOUT_S = 2  # --environment_timeout_secs of the run that hangs one
 FAR_TARGET = 10**6  # Runs stopped by a signal or an error never reach it.
 WAIT_TIMEOUT_S = 120
 
@@ -182,25 +185,28 @@ def logdir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def env_kill_run(logdir):
-    """Trains to ENV_KILL_TARGET; SIGKILLs an environment process mid-way."""
+    """Trains to ENV_KILL_TARGET; mid-way SIGKILLs one environment process and
+    SIGSTOPs the other (a hung environment: alive, never answering)."""
     run = Run(
         logdir,
         "env_kill",
         f"--total_environment_frames={ENV_KILL_TARGET}",
         "--save_checkpoint_secs=2",
+        f"--environment_timeout_secs={HANG_TIMEOUT_S}",
     )
     try:
         # A checkpoint after step 0: the learner is training.
         run.wait_for(r"Saving checkpoints for [1-9]\d* ")
         pids = environment_pids(run.process.pid)
         assert len(pids) == 2, f"environment processes: {pids}"
-        killed = pids[0]
+        killed, stopped = pids
+        os.kill(stopped, signal.SIGSTOP)
         os.kill(killed, signal.SIGKILL)
         returncode = run.wait()
     finally:
         run.kill()
     return types.SimpleNamespace(
-        returncode=returncode, output=run.output(), killed=killed
+        returncode=returncode, output=run.output(), killed=killed, stopped=stopped
     )
 
 
@@ -299,7 +305,7 @@ def damaged_nan_run(logdir, sigterm_run):
 # -- 1. a killed environment process --------------------------------------------
 
 
-def test_killed_environment_restarts_and_training_reaches_its_target(
+def test_killed_and_hung_environments_restart_and_training_reaches_its_target(
     env_kill_run, logdir
 ):
     output = env_kill_run.output
@@ -309,7 +315,17 @@ def test_killed_environment_restarts_and_training_reaches_its_target(
         rf"\(pid {env_kill_run.killed}\) died: killed by signal SIGKILL",
         output,
     ), output[-4000:]
-    assert re.search(r"Actor \d \(atari/pong\): environment restarted", output)
+    # The stopped one: killed once the call timed out, then restarted too.
+    assert re.search(
+        r"Actor \d \(atari/pong\): environment failed: PyProcess \w+ "
+        rf"\(pid {env_kill_run.stopped}\) was killed after no answer for "
+        rf"{HANG_TIMEOUT_S} s by the parent while running step\(\)",
+        output,
+    ), output[-4000:]
+    assert (
+        len(re.findall(r"Actor \d \(atari/pong\): environment restarted", output)) == 2
+    )
+    assert not process_exists(env_kill_run.stopped)
     done = re.search(r"Training done: (\d+) environment frames", output)
     assert done and int(done.group(1)) >= ENV_KILL_TARGET, output[-3000:]
 
@@ -323,7 +339,7 @@ def test_environment_restarts_go_to_tensorboard(env_kill_run, logdir):
                 for v in event.summary.value
                 if v.tag == "environment_restarts"
             ]
-    assert restarts == [1.0]
+    assert sorted(restarts) == [1.0, 2.0]
 
 
 # -- 2 and 3. a SIGKILLed learner, a rerun, SIGTERM ----------------------------

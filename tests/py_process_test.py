@@ -282,6 +282,38 @@ def test_close_escalates_when_the_child_does_not_exit(graph, monkeypatch):
     assert process_state(process.pid) is None
 
 
+@pytest.mark.parametrize("how", ["busy", "stopped"])
+def test_hung_child_is_killed_after_the_call_timeout(graph, how):
+    """A child that does not answer within call_timeout_s is killed: the call
+    fails (no hang), `alive` turns False and restart() brings a fresh one."""
+    process = PyProcess(helpers.Calculator)
+    process.call_timeout_s = 1.0
+    add = process.proxy.add(1)
+    sleep = process.proxy.sleep(60.0)
+    bounded(process.start)
+    with tf.compat.v1.Session() as session:
+        assert bounded(lambda: session.run(add)) == 1
+        pid = process.pid
+        start = time.monotonic()
+        if how == "busy":  # A method that never returns in time.
+            call = sleep
+        else:  # A process that cannot run at all (SIGSTOP), like a deadlock.
+            os.kill(pid, signal.SIGSTOP)
+            call = add
+        with pytest.raises(tf.errors.OpError) as error:
+            bounded(lambda: session.run(call), timeout=20)
+        assert 1.0 <= time.monotonic() - start < 10
+        assert (
+            f"PyProcess Calculator (pid {pid}) was killed after no answer for 1 s "
+            f"by the parent while running"
+        ) in error.value.message
+        assert not process.alive
+        assert wait_until(lambda: process_state(pid) is None)
+        bounded(process.restart)
+        # A fresh child: the state starts over; quick calls are unaffected.
+        assert bounded(lambda: session.run(add)) == 1
+
+
 def test_sigkilled_child_gives_an_error_not_a_hang(graph):
     process = PyProcess(helpers.Calculator)
     add = process.proxy.add(1)
