@@ -372,21 +372,23 @@ def table(result: dict) -> str:
         "| frames per CPU-second | CPU-normalised fraction of ceiling | load (start-end) | start-up s |",
         "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---|---:|",
     ]
-    by_key = {}
-    for run in result["runs"]:
+
+    def key(run: dict, dynamic_batching: bool) -> tuple:
         c = run["config"]
-        by_key[
-            (
-                run["code"],
-                run["repeat"],
-                c["agent"],
-                c["num_actors"],
-                c["batch_size"],
-                c["unroll_length"],
-                c["dynamic_batching"],
-                json.dumps(c.get("env")),
-            )
-        ] = run
+        return (
+            run["code"],
+            run["repeat"],
+            c["agent"],
+            c["num_actors"],
+            c["batch_size"],
+            c["unroll_length"],
+            dynamic_batching,
+            json.dumps(c.get("env")),
+        )
+
+    by_key = {
+        key(run, run["config"]["dynamic_batching"]): run for run in result["runs"]
+    }
     for run in result["runs"]:
         c = run["config"]
         if "frames_per_s" not in run:
@@ -397,18 +399,7 @@ def table(result: dict) -> str:
         fps = run["frames_per_s"]
         ratio = ""
         if c["dynamic_batching"]:
-            other = by_key.get(
-                (
-                    run["code"],
-                    run["repeat"],
-                    c["agent"],
-                    c["num_actors"],
-                    c["batch_size"],
-                    c["unroll_length"],
-                    False,
-                    json.dumps(c.get("env")),
-                )
-            )
+            other = by_key.get(key(run, False))
             if other and other.get("frames_per_s"):
                 ratio = f"{fps / other['frames_per_s']:.2f}x"
         cpu = run["cpu_s"]
