@@ -397,6 +397,52 @@ def collect_real_batch(num_unrolls: int = 2, max_tries: int = 40):
     return unrolls
 
 
+@pytest.mark.parametrize("inference", ["unbatched", "dynamic_batching"])
+def test_learner_recomputes_the_actors_policy_exactly(small_flags, inference):
+    """With the actors' own weights, the learner's unroll over their
+    trajectories gives back the behaviour policy: every log rho is 0.
+
+    This pins the alignment the learner relies on (which observation, last
+    action and core state produced each recorded action, and the step shared
+    by consecutive unrolls): any shift by one step, or a core state carried
+    wrongly between unrolls, makes the probabilities differ. (Shifting the
+    learner's outputs by one step fails it.)
+    """
+    level = "atari/pong"
+    config = experiment.learner_config_from_flags()
+    with flagsaver.flagsaver(dynamic_batching=inference == "dynamic_batching"):
+        with tf.Graph().as_default():
+            tf.compat.v1.set_random_seed(4)
+            agent = experiment.create_agent(6, [level])
+            inference_fn, _ = experiment.make_inference_fn(agent, "/cpu:0")
+            outputs = []
+            for i in range(2):
+                _, env = experiment.create_environment(
+                    level, seed=i + 1, level_names=[level]
+                )
+                output, _ = experiment.build_actor(
+                    agent, env, level, FLAGS.unroll_length, inference_fn
+                )
+                outputs.append(output)
+            # The learner reads the very unrolls the actors produce in the
+            # same session.run, before any update.
+            batch = experiment.stack_unrolls(outputs)
+            learner = learner_lib.build_learner(
+                agent, batch.agent_state, batch.env_outputs, batch.agent_outputs, config
+            )
+            returns = learner.vtrace_returns
+            with tf.compat.v1.train.SingularMonitoredSession(
+                hooks=[py_process.PyProcessHook()]
+            ) as session:
+                for _ in range(3):  # The first unroll starts an episode.
+                    log_rhos, behaviour = session.run(
+                        (returns.log_rhos, returns.behaviour_action_log_probs)
+                    )
+                    assert log_rhos.shape == (FLAGS.unroll_length, 2)
+                    assert np.all(behaviour < 0)  # real, non-trivial policies
+                    np.testing.assert_allclose(log_rhos, 0.0, atol=1e-4)
+
+
 def test_learner_updates_lower_the_loss_on_a_fixed_batch(small_flags):
     unrolls = collect_real_batch()
     config = experiment.learner_config_from_flags()
