@@ -229,7 +229,6 @@ class PyProcessDmLab:
     @staticmethod
     def _tensor_specs(method_name, unused_kwargs, constructor_kwargs):
         """Output specs of `initial` and `step` for py_process (TF, lazily)."""
-
         config = constructor_kwargs.get("config") or {}
         # DeepMind Lab's defaults when the config leaves them out.
         width = int(config.get("width", 320))
@@ -409,6 +408,12 @@ def expand_level_names(level_name: str, is_test: bool = False) -> list[str]:
         "repository's Dockerfile (docker build -t scalable_agent .). Atari "
         "levels such as atari/pong work without it.",
     )
+
+
+def has_instructions(level_names: list[str]) -> bool:
+    """Whether any level may give a text instruction: DeepMind Lab levels may;
+    Atari games never do (their instruction is always '')."""
+    return not all(map(is_atari_level, level_names))
 
 
 def uses_full_action_space(level_names: list[str]) -> bool:

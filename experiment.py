@@ -394,11 +394,11 @@ def create_agent(
     num_actions: int, level_names: list[str], name: str = "agent"
 ) -> agent_lib.Agent:
     """The --agent network, with an instruction encoder only where some level
-    has instructions (DeepMind Lab); Atari's are all empty."""
+    has instructions (environments.has_instructions)."""
     return agent_lib.Agent(
         num_actions,
         torso=FLAGS.agent,
-        use_instruction=not all(map(environments.is_atari_level, level_names)),
+        use_instruction=environments.has_instructions(level_names),
         name=name,
     )
 
@@ -1108,11 +1108,13 @@ class ShutdownRequest:
 
     LEARNER_STOP = (
         "stopping after the current learner step, with a final checkpoint; "
-        "every environment process will be ended"
+        "every environment process will be ended. Send it again to exit at "
+        "once without a checkpoint"
     )
     ACTOR_TASK_STOP = (
         "this actor task stops after its current call to the learner and ends "
-        "its environment process (it writes no checkpoint; the learner goes on)"
+        "its environment process (it writes no checkpoint; the learner goes "
+        "on). Send it again to exit at once"
     )
 
     def __init__(self):
@@ -1137,14 +1139,7 @@ class ShutdownRequest:
                 self.signum = signum
         name = signal.Signals(signum).name
         if first:
-            logging.warning(
-                "Received %s: %s. Send it again to exit at once%s.",
-                name,
-                self.stop_description,
-                " without a checkpoint"
-                if self.stop_description == self.LEARNER_STOP
-                else "",
-            )
+            logging.warning("Received %s: %s.", name, self.stop_description)
             return
         logging.warning(
             "Received %s again: exiting at once (exit code %d), without a "

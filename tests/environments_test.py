@@ -340,6 +340,9 @@ def test_is_atari_level_and_num_actions():
     assert environments.num_actions(environments.expand_level_names("dmlab30")) == 9
     assert environments.uses_full_action_space(["atari/pong", "atari/breakout"])
     assert not environments.uses_full_action_space(["atari/pong"])
+    assert not environments.has_instructions(["atari/pong", "atari/breakout"])
+    assert environments.has_instructions(["explore_goal_locations_small"])
+    assert environments.has_instructions(environments.expand_level_names("dmlab30"))
     with pytest.raises(ValueError, match="mix"):
         environments.num_actions(["atari/pong", "rooms_watermaze"])
     with pytest.raises(ValueError):
