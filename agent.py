@@ -175,8 +175,8 @@ class Agent(snt.Module):
         zeros in its place: for levels whose instructions are all empty
         (Atari), where the encoder outputs exactly zeros anyway, so the
         network computes the same function, with the same variable shapes
-        elsewhere, and skips ~150 graph ops per call (a third of a one-step
-        shallow forward pass; BENCHMARKS.md, "Profile").
+        elsewhere, and skips the encoder's ops on every call (BENCHMARKS.md,
+        "Profile").
         """
         super().__init__(name=name)
         if torso not in TORSOS:

@@ -37,6 +37,8 @@ import functools
 
 import numpy as np
 
+from environment_specs import environment_tensor_specs
+
 # Only the frame geometry is fixed: the agent's network is built for it.
 FRAME_HEIGHT = 84
 FRAME_WIDTH = 84
@@ -95,11 +97,8 @@ def resize_frame(screen: np.ndarray, out: np.ndarray | None = None) -> np.ndarra
     OpenCV's INTER_AREA averages every source pixel into the output, so thin
     objects (bullets, one-pixel lines) never vanish, as they can with bilinear
     sampling at a 2.5x row reduction; it is also what the common DQN-family
-    pipelines use. Measured here (benchmarks/results/environment.md, 2-core
-    AMD EPYC, one thread): cv2 INTER_AREA ~70 us, numpy area matrices
-    ~170 us (identical output), Pillow BOX ~155 us, Pillow BILINEAR ~170 us,
-    cv2 INTER_LINEAR ~17 us (not area-averaging). INTER_AREA is the fastest
-    area-averaging method.
+    pipelines use, and the fastest area-averaging resize measured here
+    (BENCHMARKS.md, "Figures from the code").
     """
     import cv2
 
@@ -186,8 +185,8 @@ class PyProcessAtari:
         self._max_screen = np.zeros(SCREEN_SHAPE, np.uint8)
         # The frame stack is a ring of FRAME_STACK planes: a new frame
         # overwrites the oldest plane, and the observation interleaves them
-        # oldest first (cv2.merge, ~10 us). Shifting an [84, 84, 4] array
-        # along its last axis instead costs ~180 us per step.
+        # oldest first (cv2.merge), which costs far less than shifting an
+        # [84, 84, 4] array along its last axis every step.
         self._planes = np.zeros((FRAME_STACK, FRAME_HEIGHT, FRAME_WIDTH), np.uint8)
         self._oldest = 0  # index of the oldest plane
 
@@ -304,10 +303,6 @@ class PyProcessAtari:
     @staticmethod
     def _tensor_specs(method_name, unused_kwargs, unused_constructor_kwargs):
         """Output specs of `initial` and `step` for py_process (TF, lazily)."""
-        # Imported here: environments imports this module, and the child
-        # process (which never calls this) needs neither it nor TensorFlow.
-        from environments import environment_tensor_specs
-
         return environment_tensor_specs(
             method_name, [FRAME_HEIGHT, FRAME_WIDTH, FRAME_STACK]
         )

@@ -28,10 +28,10 @@ agree with it (otherwise a ValueError names both), and so must a `--task` >= 0
 with TF_CONFIG's task. The number of actors is then the length of its actor
 list (use `ClusterConfig.num_actors`, not --num_actors).
 
-Typical use in a task (experiment.py):
+Typical use in a task (experiment.py and distributed.py):
 
-    config = cluster.resolve_cluster(FLAGS.learner_host, FLAGS.actor_hosts,
-                                     FLAGS.num_actors, FLAGS.job_name, FLAGS.task)
+    config = cluster.resolve_cluster(learner_host, actor_hosts, num_actors,
+                                     job_name, task)   # the flags' values
     if config is not None:
         server = cluster.start_server(config)
         session_config = cluster.server_config(config)
@@ -80,7 +80,7 @@ _TF_CONFIG_NAMINGS = (
 )
 
 # ClusterConfig.source values: where the addresses came from.
-_SOURCE_FLAGS = "flags"
+_SOURCE_COMMAND_LINE = "flags"
 _SOURCE_TF_CONFIG = "TF_CONFIG"  # Jobs named learner/actor.
 _SOURCE_TF_CONFIG_TFJOB = "TF_CONFIG chief/worker"  # Kubeflow TFJob names.
 
@@ -107,7 +107,7 @@ class ClusterConfig(NamedTuple):
     actor_hosts: tuple[str, ...]
     job_name: str
     task: int
-    source: str = _SOURCE_FLAGS
+    source: str = _SOURCE_COMMAND_LINE
 
     @property
     def num_actors(self) -> int:
@@ -292,8 +292,8 @@ def validate(config: ClusterConfig) -> ClusterConfig:
     bad value and the fix.
     """
     src = config.source
-    job_setting = "--job_name" if src == _SOURCE_FLAGS else "TF_CONFIG task.type"
-    task_setting = "--task" if src == _SOURCE_FLAGS else "TF_CONFIG task.index"
+    job_setting = "--job_name" if src == _SOURCE_COMMAND_LINE else "TF_CONFIG task.type"
+    task_setting = "--task" if src == _SOURCE_COMMAND_LINE else "TF_CONFIG task.index"
     if config.job_name not in JOB_NAMES:
         raise ValueError(
             f"{job_setting}={config.job_name!r} is not a job of this cluster; "
@@ -375,7 +375,7 @@ def cluster_from_flags(
             )
         hosts = default_actor_hosts(num_actors)
     return validate(
-        ClusterConfig(learner_host.strip(), hosts, job_name, task, _SOURCE_FLAGS)
+        ClusterConfig(learner_host.strip(), hosts, job_name, task, _SOURCE_COMMAND_LINE)
     )
 
 
@@ -502,7 +502,7 @@ def resolve_cluster(
       learner_host, actor_hosts, num_actors, job_name, task: the flag values.
       tf_config: the TF_CONFIG value; None reads os.environ, '' means unset.
       explicit_flags: names of the flags given on the command line (e.g.
-        `{n for n in names if FLAGS[n].present}`). When None, an address flag
+        those whose absl flag is `.present`). When None, an address flag
         counts as explicit when it differs from its default, and --num_actors
         is never checked against TF_CONFIG.
 
@@ -565,7 +565,7 @@ def resolve_cluster(
                 f"--job_name and --task, or unset TF_CONFIG for single-machine "
                 f"training"
             )
-        job, index, task_source = job_name, task, _SOURCE_FLAGS
+        job, index, task_source = job_name, task, _SOURCE_COMMAND_LINE
     else:
         task_given = task >= 0 or "task" in explicit
         if task_given and (job_name, task) != (parsed.job_name, parsed.task):
@@ -699,7 +699,18 @@ def start_server(config: ClusterConfig, session_config=None):
         server.target,
         port,
     )
+    _servers.append(server)
     return server
+
+
+# The servers this process started. A tf.distribute.Server cannot be shut
+# down: it lives until the process exits (see server_started).
+_servers: list = []
+
+
+def server_started() -> bool:
+    """Whether this process runs a TensorFlow server (a cluster task)."""
+    return bool(_servers)
 
 
 # ---------------------------------------------------------------------------

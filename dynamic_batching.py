@@ -53,8 +53,8 @@ __all__ = [
 SOURCE_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "batcher.cc")
 
 # Quiet flags: TensorFlow's headers trigger ~135 deprecation warnings.
-_QUIET_FLAGS = ["-Wno-deprecated-declarations", "-Wno-interference-size"]
-_BASE_FLAGS = ["-std=c++17", "-shared", "-fPIC", "-O2"]
+_QUIET_OPTIONS = ["-Wno-deprecated-declarations", "-Wno-interference-size"]
+_BASE_OPTIONS = ["-std=c++17", "-shared", "-fPIC", "-O2"]
 _COMPILE_TIMEOUT_S = 900
 
 
@@ -128,8 +128,8 @@ def build_library(
             f"Cannot read the batcher source {source!r}: {e}"
         ) from e
     flags = (
-        _BASE_FLAGS
-        + _QUIET_FLAGS
+        _BASE_OPTIONS
+        + _QUIET_OPTIONS
         + list(tf.sysconfig.get_compile_flags())
         + list(tf.sysconfig.get_link_flags())
     )
@@ -169,8 +169,8 @@ def build_library(
         # Sources before libraries: the linker resolves -l flags left to right.
         command = (
             [cxx]
-            + _BASE_FLAGS
-            + _QUIET_FLAGS
+            + _BASE_OPTIONS
+            + _QUIET_OPTIONS
             + [source, "-o", tmp]
             + list(tf.sysconfig.get_compile_flags())
             + list(tf.sysconfig.get_link_flags())

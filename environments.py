@@ -27,7 +27,6 @@ Level names:
 
 from __future__ import annotations
 
-import collections
 import difflib
 import importlib.util
 import os
@@ -41,9 +40,7 @@ import numpy as np
 import atari
 import atari57
 import dmlab30
-
-StepOutputInfo = collections.namedtuple("StepOutputInfo", "episode_return episode_step")
-StepOutput = collections.namedtuple("StepOutput", "reward info done observation")
+from environment_specs import StepOutput, StepOutputInfo, environment_tensor_specs
 
 ATARI_PREFIX = "atari/"
 DMLAB30_PREFIX = dmlab30.LEVEL_PREFIX  # 'contributed/dmlab30/'
@@ -234,31 +231,6 @@ class PyProcessDmLab:
         width = int(config.get("width", 320))
         height = int(config.get("height", 240))
         return environment_tensor_specs(method_name, [height, width, 3])
-
-
-def environment_tensor_specs(method_name: str, frame_shape):
-    """py_process specs of an environment class's `initial` and `step`.
-
-    The contract every environment class here keeps (FlowEnvironment relies
-    on it): `initial()` returns observation = (frame uint8 frame_shape,
-    instruction string []), `step(action)` returns (reward float32 [],
-    done bool [], observation); any other method returns nothing (None).
-    """
-    import tensorflow as tf
-
-    observation_spec = (
-        tf.TensorSpec(frame_shape, tf.uint8),
-        tf.TensorSpec([], tf.string),
-    )
-    if method_name == "initial":
-        return observation_spec
-    if method_name == "step":
-        return (
-            tf.TensorSpec([], tf.float32),
-            tf.TensorSpec([], tf.bool),
-            observation_spec,
-        )
-    return None
 
 
 class FlowEnvironment:

@@ -6,25 +6,27 @@ unrolls the agent over it, computes V-trace targets (vtrace.py) and the
 paper's loss, and applies one RMSProp step whose learning rate decays
 linearly to zero over the run's environment frames. The global step counts
 environment frames. Where the batch comes from (queues, staging) is
-experiment.py's business.
+pipeline.py's business.
+
+The NaN guard's contract lives here whole: `guard_finite_update` fails a
+step whose loss or gradients are not finite with a TensorFlow error, and
+`non_finite_update` reads that error back into a `NonFiniteUpdate` (the
+error crosses `session.run` as text, so its encoding and decoding stay
+together).
 """
 
 from __future__ import annotations
 
 import collections
+import re
 
 import tensorflow as tf
 
 import agent as agent_lib
-import environments
 import vtrace
+from config import LearnerConfig
+from environment_specs import StepOutput
 
-LearnerConfig = collections.namedtuple(
-    "LearnerConfig",
-    "batch_size unroll_length num_action_repeats total_environment_frames "
-    "discounting reward_clipping baseline_cost entropy_cost learning_rate decay "
-    "momentum epsilon max_grad_norm",
-)
 Losses = collections.namedtuple("Losses", "total policy_gradient baseline entropy")
 LearnerOutputs = collections.namedtuple(
     "LearnerOutputs",
@@ -33,6 +35,11 @@ LearnerOutputs = collections.namedtuple(
 
 # In the message of the step that guard_finite_update stops.
 NON_FINITE_MARKER = "NaN or infinite loss or gradient"
+# What that message says of the step (the Assert's data, in this order).
+NonFiniteUpdate = collections.namedtuple(
+    "NonFiniteUpdate", "num_env_frames total_loss global_norm"
+)
+_NON_FINITE_FIELDS = ("frames:", "total loss:", "gradient global norm:")
 
 
 def clip_rewards(rewards: tf.Tensor, mode: str) -> tf.Tensor:
@@ -71,7 +78,7 @@ def compute_policy_gradient_loss(
 def build_learner(
     agent: agent_lib.Agent,
     agent_state,
-    env_outputs: environments.StepOutput,
+    env_outputs: StepOutput,
     agent_outputs: agent_lib.AgentOutput,
     config: LearnerConfig,
 ) -> LearnerOutputs:
@@ -152,11 +159,8 @@ def build_learner(
     train_op = optimizer.apply_gradients(zip(gradients, variables, strict=True))
 
     # The update and the frame count move together: global step = frames.
-    frames_per_update = (
-        config.batch_size * config.unroll_length * config.num_action_repeats
-    )
     with tf.control_dependencies([train_op]):
-        train_and_count = num_env_frames.assign_add(frames_per_update)
+        train_and_count = num_env_frames.assign_add(config.frames_per_update)
 
     entropy = -compute_entropy_loss(learner_outputs.policy_logits) / tf.cast(
         tf.size(done), tf.float32
@@ -190,9 +194,9 @@ def guard_finite_update(
     variable update can run (nor the frame count increment that follows the
     update) when any of them holds a NaN or an infinity: the step fails with
     an InvalidArgumentError whose message contains NON_FINITE_MARKER, the
-    frame count, the loss and the gradients' global norm. raise_if_non_finite
-    turns it into NonFiniteUpdateError; the session then closes without
-    saving (its hooks' `end` only runs on a normal exit).
+    frame count, the loss and the gradients' global norm, which
+    `non_finite_update` reads back. The session then closes without saving
+    (its hooks' `end` only runs on a normal exit).
     """
 
     def values(gradient):
@@ -205,11 +209,11 @@ def guard_finite_update(
         tf.reduce_all(tf.stack(finite)),
         [
             NON_FINITE_MARKER,
-            "frames:",
+            _NON_FINITE_FIELDS[0],
             num_env_frames,
-            "total loss:",
+            _NON_FINITE_FIELDS[1],
             loss,
-            "gradient global norm:",
+            _NON_FINITE_FIELDS[2],
             global_norm,
         ],
         name="check_finite_update",
@@ -226,3 +230,21 @@ def guard_finite_update(
 
     with tf.control_dependencies([check]):
         return [gated(g) for g in gradients]
+
+
+def non_finite_update(error: tf.errors.OpError) -> NonFiniteUpdate | None:
+    """What guard_finite_update's failed step says; None for any other error.
+
+    The Assert prints each of its data as `[value]`, so the message reads
+    `[NaN or infinite ...] [frames:] [960] [total loss:] [nan] ...`. A field
+    that cannot be read is '?'.
+    """
+    text = error.message or ""
+    if NON_FINITE_MARKER not in text:
+        return None
+
+    def field(name: str) -> str:
+        match = re.search(rf"\[{re.escape(name)}\] \[([^\]]*)\]", text)
+        return match.group(1) if match else "?"
+
+    return NonFiniteUpdate(*(field(name) for name in _NON_FINITE_FIELDS))

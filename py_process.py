@@ -49,14 +49,15 @@ unhandled SIGTERM, a crash), the kernel kills the children (PR_SET_PDEATHSIG on
 Linux); children also exit when their pipe reports EOF.
 
 Also here: `start_all(processes)` / `close_all(processes)` (parallel start and
-close, used by PyProcessHook), `PyProcess.pid` (current or last child) and
-`PyProcess.name` (the class name used in messages).
+close, used by PyProcessHook), `PyProcess.pid` (current or last child),
+`PyProcess.name` (the class name used in messages) and `PyProcess.last_error`
+(the PyProcessError of the last failed call, which inside `session.run`
+reaches the caller only as the text of a `tf.errors` error).
 
 Calls on one process are serialised (a lock around the pipe), so any number of
 TensorFlow threads may run its ops; different processes run in parallel. Results
-travel pickled over a socketpair: an 84x84x4 uint8 frame adds 55-85 us to the
-bare pipe round trip but 0-6% to a session.run of the op, so no shared memory
-(figures in benchmarks/results/py_process.md).
+travel pickled over a socketpair: pickling a frame adds little to a session.run
+of the op (BENCHMARKS.md, "py_process benchmark"), so no shared memory.
 
 This module must not import TensorFlow at import time: child processes import it
 (directly, and through environment modules that build PyProcesses) and should start
@@ -648,6 +649,8 @@ class PyProcess:
         self._child: _Child | None = None
         self._last_pid: int | None = None
         self._closed = False
+        # The PyProcessError of the last failed call (None after a start).
+        self.last_error: PyProcessError | None = None
         self._proxy = _Proxy(self)
         tf.compat.v1.add_to_collection(self.COLLECTION, self)
 
@@ -747,6 +750,7 @@ class PyProcess:
         self._child = child
         self._last_pid = child.pid
         self._closed = False
+        self.last_error = None
         _REGISTRY.add(self)
         return child
 
@@ -766,8 +770,14 @@ class PyProcess:
                     f"PyProcess {self._label} is not started; cannot run {method}(). "
                     f"Call start() or pass PyProcessHook() to the MonitoredSession."
                 )
-            child.ensure_ready()
-            return child.call(method, args, kwargs, self.call_timeout_s)
+            try:
+                child.ensure_ready()
+                return child.call(method, args, kwargs, self.call_timeout_s)
+            except PyProcessError as e:
+                # Kept for the caller: inside session.run, py_func turns this
+                # error into a tf.errors one that holds only its text.
+                self.last_error = e
+                raise
 
     def _method_arguments(self, method: str, args: tuple, kwargs: dict) -> dict:
         """Binds the proxy call's arguments to the method's parameter names."""
@@ -832,8 +842,8 @@ class PyProcess:
 def _input_packer(args: tuple, kwargs: dict) -> tuple[Any, list]:
     """Flattens a proxy call's arguments for py_func; returns (unflatten, flat list).
 
-    Plain tensor/value arguments take a fast path: tf.nest.pack_sequence_as costs
-    ~45 us per call, a noticeable part of a ~100 us round trip.
+    Plain tensor/value arguments take a fast path: tf.nest.pack_sequence_as is a
+    noticeable part of a round trip (BENCHMARKS.md, "Figures from the code").
     """
     import tensorflow as tf
 
@@ -860,7 +870,7 @@ class _Outputs:
     """Checks and converts a method's results against its `_tensor_specs`.
 
     Built once per op (with TensorFlow, in the parent); `convert` runs per call and
-    uses only numpy: a ~5 us check instead of ~40 us through tf.nest and TensorShape.
+    uses only numpy, several times cheaper than tf.nest and TensorShape.
     """
 
     def __init__(self, specs: Any, source: str):

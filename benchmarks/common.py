@@ -439,7 +439,15 @@ def _run_experiment_main() -> None:
             if recorder is not None and recorder.done:
                 run_context.request_stop()
 
-    original_create = experiment.create_training_session
+    # Where the code keeps the two functions wrapped below: its own modules
+    # (sessions.py, progress.py), or experiment.py itself in code before
+    # that split (a --baseline_code of an older revision).
+    try:
+        import progress
+        import sessions
+    except ImportError:
+        sessions = progress = experiment
+    original_create = sessions.create_training_session
 
     def create_training_session(hooks, logdir, *args, **kwargs):
         f = flags.FLAGS
@@ -448,14 +456,14 @@ def _run_experiment_main() -> None:
         )
         return original_create(hooks + [StopAfterWindow()], logdir, *args, **kwargs)
 
-    experiment.create_training_session = create_training_session
-    original_step = experiment.ProgressLogger.step
+    sessions.create_training_session = create_training_session
+    original_step = progress.ProgressLogger.step
 
     def step(self, num_env_frames, recent_returns, queue_size):
         recorder_box["recorder"].step(num_env_frames)
         original_step(self, num_env_frames, recent_returns, queue_size)
 
-    experiment.ProgressLogger.step = step
+    progress.ProgressLogger.step = step
     sys.argv = [sys.argv[0]] + sys.argv[3:]
     app.run(experiment.main)
 

@@ -1,7 +1,7 @@
 """The learner alone: steps/s and frames/s it can consume, no actors (issue 9).
 
-Builds experiment.py's learner in-process, exactly as training does
-(`experiment.build_learner_pipeline`: dequeue_many `batch_size` unrolls,
+Builds the learner in-process from config objects, exactly as training does
+(`pipeline.build_learner_pipeline`: dequeue_many `batch_size` unrolls,
 make them time-major, stage them, V-trace loss, one RMSProp update), and feeds it
 random-but-valid unrolls (uint8 frames, sparse `done`, actions in range,
 finite logits/rewards) from a queue that is pre-filled before each timed
@@ -14,7 +14,7 @@ For each agent (deep, shallow) and batch size (8, 32) at unroll 20: learner
 steps/s, the environment frames/s that rate consumes (batch x unroll x 4
 action repeats per step), ms per step and the cores the process used (CPU
 time / wall time), with the 1-minute load average. The session uses
-experiment.session_config(), as training does.
+sessions.session_config(single_machine_training=True), as training does.
 
     python3 benchmarks/learner_bench.py                 # ~2-4 min on 2 cores
     python3 benchmarks/learner_bench.py --seconds 5 --agents shallow
@@ -35,6 +35,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 LEVEL = "atari/pong"
 UNIQUE_UNROLLS = 8  # distinct random unrolls, enqueued round-robin
+NUM_ACTION_REPEATS = 4  # experiment.py's default
 
 
 def random_unrolls(specs, num_actions: int, count: int, rng):
@@ -70,27 +71,34 @@ def random_unrolls(specs, num_actions: int, count: int, rng):
 
 
 def bench_config(
-    experiment, agent_name: str, batch_size: int, unroll: int, mode: str, seconds: float
+    agent_name: str, batch_size: int, unroll: int, mode: str, seconds: float
 ):
     import numpy as np
     import tensorflow as tf
 
+    import actors
     import environments
     import learner as learner_lib
+    import pipeline
+    import sessions
+    from config import AgentConfig, EnvironmentConfig, LearnerConfig
 
-    f = experiment.FLAGS
-    f.agent = agent_name
-    f.batch_size = batch_size
-    f.unroll_length = unroll
-    level_names = [LEVEL]
+    level_names = (LEVEL,)
     num_actions = environments.num_actions(level_names)
-    config = experiment.learner_config_from_flags()
-    specs = experiment.actor_output_specs(LEVEL, level_names, num_actions)
+    environment = EnvironmentConfig(LEVEL, level_names, num_actions)
+    agent_config = AgentConfig(agent_name, num_actions, use_instruction=False)
+    config = LearnerConfig(
+        batch_size=batch_size,
+        unroll_length=unroll,
+        num_action_repeats=NUM_ACTION_REPEATS,
+        total_environment_frames=int(1e9),
+    )
+    specs = actors.actor_output_specs(environment, agent_config, unroll)
     rng = np.random.RandomState(0)
     flat_data = random_unrolls(specs, num_actions, UNIQUE_UNROLLS, rng)
     with tf.Graph().as_default():
         tf.compat.v1.set_random_seed(1)
-        agent = experiment.create_agent(num_actions, level_names)  # as in training
+        agent = actors.create_agent(agent_config)  # as in training
         flat_specs = tf.nest.flatten(specs)
         if mode == "queue":
             # Room for the whole pre-fill: the learner's queue itself has
@@ -104,10 +112,11 @@ def bench_config(
                 tf.compat.v1.placeholder(s.dtype, [None, *s.shape]) for s in flat_specs
             ]
             enqueue_many = queue.enqueue_many(placeholders)
-            pipeline = experiment.build_learner_pipeline(
+            learner_pipeline = pipeline.build_learner_pipeline(
                 agent, queue, specs, config, "/cpu:0"
             )
-            train_op, stage_op = pipeline.learner.train_and_count, pipeline.stage_op
+            train_op = learner_pipeline.learner.train_and_count
+            stage_op = learner_pipeline.stage_op
             fetches = (train_op, stage_op)
         else:
             steps_per_fill = None
@@ -117,7 +126,7 @@ def bench_config(
                 tf.nest.pack_sequence_as(specs, [tf.constant(d[i]) for d in flat_data])
                 for i in range(UNIQUE_UNROLLS)
             ]
-            stacked = experiment.stack_unrolls(
+            stacked = pipeline.stack_unrolls(
                 [constants[i % UNIQUE_UNROLLS] for i in range(batch_size)]
             )
 
@@ -137,7 +146,9 @@ def bench_config(
                 agent, batch.agent_state, batch.env_outputs, batch.agent_outputs, config
             )
             fetches = learner.train_and_count
-        with tf.compat.v1.Session(config=experiment.session_config()) as session:
+        with tf.compat.v1.Session(
+            config=sessions.session_config(single_machine_training=True)
+        ) as session:
             session.run(
                 [
                     tf.compat.v1.global_variables_initializer(),
@@ -182,18 +193,11 @@ def bench_config(
         "steps": steps,
         "seconds": timed_s,
         "learner_steps_per_s": steps_per_s,
-        "frames_per_s": steps_per_s
-        * batch_size
-        * unroll
-        * experiment.FLAGS.num_action_repeats,
+        "frames_per_s": steps_per_s * batch_size * unroll * NUM_ACTION_REPEATS,
         "ms_per_step": 1000 * timed_s / steps,
         "cores": cpu_s / timed_s,
         "cpu_ms_per_step": 1000 * cpu_s / steps,
-        "frames_per_cpu_s": steps
-        * batch_size
-        * unroll
-        * experiment.FLAGS.num_action_repeats
-        / cpu_s,
+        "frames_per_cpu_s": steps * batch_size * unroll * NUM_ACTION_REPEATS / cpu_s,
         "load_start": load_start,
         "load_end": common.loadavg(),
     }
@@ -221,7 +225,6 @@ def main() -> None:
     import experiment
 
     experiment.quiet_tensorflow_logging()
-    experiment.FLAGS(["learner_bench", f"--level_name={LEVEL}", "--num_actors=1"])
     print(common.machine_line(), flush=True)
     started = time.time()
     results = []
@@ -229,7 +232,6 @@ def main() -> None:
         for batch_size in map(int, args.batch_sizes.split(",")):
             for mode in args.modes.split(","):
                 r = bench_config(
-                    experiment,
                     agent_name,
                     batch_size,
                     args.unroll_length,

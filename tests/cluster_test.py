@@ -531,6 +531,7 @@ class _Proc:
         raise AssertionError(f"no EVENT {name} within {timeout} s:\n{self.text()}")
 
 
+@pytest.mark.slow
 def test_actors_connect_fast_before_and_after_learner(tmp_path):
     (tmp_path / "task.py").write_text(_TASK_SCRIPT)
     ports = cluster.pick_free_ports(3)
@@ -684,6 +685,7 @@ def _kill_all(pids):
             pass
 
 
+@pytest.mark.slow
 def test_launch_logs_forwarding_and_exit_code(tmp_path):
     start = time.monotonic()
     process, logdir = _launch(
@@ -729,6 +731,7 @@ def test_launch_logs_forwarding_and_exit_code(tmp_path):
     assert "learner exiting" in logs["learner_0.log"]
 
 
+@pytest.mark.slow
 def test_launch_ctrl_c_leaves_no_child(tmp_path):
     process, logdir = _launch(
         tmp_path, "--num_actors=2", "--kill_grace_secs=1", "--fake_stubborn=actor_0"

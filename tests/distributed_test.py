@@ -34,11 +34,12 @@ import time
 
 import pytest
 import tensorflow as tf
-from absl import flags
-from absl.testing import flagsaver
+from run_helpers import small_config
 
+import actors
 import cluster
-import environments
+import distributed
+import errors
 import experiment
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -57,17 +58,6 @@ FRAMES_PER_UPDATE = 2 * 20 * 4
 START_TIMEOUT_S = 90
 RUN_TIMEOUT_S = 150
 NOTICE_TIMEOUT_S = 30
-
-
-GRAPH_FLAGS = dict(
-    level_name="atari/pong", agent="shallow", batch_size=2, unroll_length=20
-)
-
-
-@pytest.fixture
-def parsed_flags():
-    if not flags.FLAGS.is_parsed():
-        flags.FLAGS.mark_as_parsed()
 
 
 # -- in-process checks: graphs and flag errors ------------------------------------
@@ -91,7 +81,7 @@ def _queue_attrs(graph: tf.Graph):
     )
 
 
-def test_actor_graph_declares_the_learners_queue_and_variables(parsed_flags):
+def test_actor_graph_declares_the_learners_queue_and_variables():
     """An actor task refers to the learner's queue and variables by declaring
     them with the same names, shapes and devices: checked on the two graphs."""
     learner_config = cluster.ClusterConfig(
@@ -99,23 +89,16 @@ def test_actor_graph_declares_the_learners_queue_and_variables(parsed_flags):
     )
     actor_config = learner_config._replace(job_name="actor", task=1)
     learner_cpu = "/job:learner/task:0/device:CPU:0"
-    with flagsaver.flagsaver(**GRAPH_FLAGS):
-        levels = ["atari/pong"]
-        num_actions = environments.num_actions(levels)
-        with tf.Graph().as_default() as actor_graph:
-            ops, _ = experiment.build_actor_task(actor_config, levels, num_actions)
-        # The learner builds its queue from actor_output_specs(), the same
-        # specs (the end-to-end tests fail otherwise); these cost less.
-        specs = tf.nest.map_structure(
-            lambda t: tf.TensorSpec(t.shape, t.dtype), ops.output
-        )
-        with tf.Graph().as_default() as learner_graph:
-            experiment.build_learner_task(
-                learner_config,
-                specs,
-                levels,
-                experiment.learner_config_from_flags(),
-            )
+    config = small_config()
+    with tf.Graph().as_default() as actor_graph:
+        ops, _ = distributed.build_actor_task(actor_config, config)
+    # The learner builds its queue from actor_output_specs(), the same specs.
+    specs = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), ops.output)
+    assert specs == actors.actor_output_specs(
+        config.environment, config.agent, config.learner.unroll_length
+    )
+    with tf.Graph().as_default() as learner_graph:
+        distributed.build_learner_task(learner_config, specs, config)
 
     learner_globals = _variables(learner_graph, "variables")
     learner_locals = _variables(learner_graph, "local_variables")
@@ -136,7 +119,7 @@ def test_actor_graph_declares_the_learners_queue_and_variables(parsed_flags):
     local_agent = {
         n.split("/", 1)[1]
         for n in actor_locals
-        if n.startswith(experiment.LOCAL_AGENT_NAME + "/")
+        if n.startswith(distributed.LOCAL_AGENT_NAME + "/")
     }
     assert local_agent == {n.split("/", 1)[1] for n in agent_names}
     for name, (_, _, device) in actor_locals.items():
@@ -186,19 +169,18 @@ def test_actor_graph_declares_the_learners_queue_and_variables(parsed_flags):
         ),
     ],
 )
-def test_bad_cluster_settings_are_flag_errors(
-    parsed_flags, monkeypatch, values, tf_config, expected
-):
+def test_bad_cluster_settings_are_flag_errors(monkeypatch, values, tf_config, expected):
     if tf_config is None:
         monkeypatch.delenv("TF_CONFIG", raising=False)
     else:
         monkeypatch.setenv("TF_CONFIG", tf_config)
-    with flagsaver.flagsaver(**values):
-        with pytest.raises(experiment.FlagError, match=re.escape(expected)):
-            experiment.resolve_cluster_config()
+    argv = ["experiment.py", *(f"--{name}={value}" for name, value in values.items())]
+    parsed = experiment.parse_flags(argv)
+    with pytest.raises(errors.FlagError, match=re.escape(expected)):
+        experiment.cluster_config_from_flags(parsed)
 
 
-def test_port_in_use_is_a_flag_error(parsed_flags, monkeypatch):
+def test_port_in_use_is_a_flag_error(monkeypatch):
     monkeypatch.delenv("TF_CONFIG", raising=False)
     import socket
 
@@ -206,21 +188,20 @@ def test_port_in_use_is_a_flag_error(parsed_flags, monkeypatch):
         sock.bind(("", 0))
         sock.listen()
         port = sock.getsockname()[1]
-        with flagsaver.flagsaver(
-            job_name="learner",
-            task=0,
-            num_actors=1,
-            learner_host=f"localhost:{port}",
-            actor_hosts=f"localhost:{cluster.pick_free_ports(1)[0]}",
-        ):
-            with pytest.raises(experiment.FlagError, match=f"port {port} .* in use"):
-                experiment.run_training("atari/pong", ["atari/pong"])
+        cluster_config = cluster.ClusterConfig(
+            f"localhost:{port}",
+            (f"localhost:{cluster.pick_free_ports(1)[0]}",),
+            "learner",
+            0,
+        )
+        with pytest.raises(errors.FlagError, match=f"port {port} .* in use"):
+            experiment.run_training(small_config(), cluster_config, None)
 
 
-def test_test_mode_takes_no_task(parsed_flags):
-    with flagsaver.flagsaver(mode="test", task=0):
-        with pytest.raises(experiment.FlagError, match="test mode runs in one process"):
-            experiment.validate_flags()
+def test_test_mode_takes_no_task():
+    parsed = experiment.parse_flags(["experiment.py", "--mode=test", "--task=0"])
+    with pytest.raises(errors.FlagError, match="test mode runs in one process"):
+        experiment.validate_flags(parsed)
 
 
 # -- subprocesses: real tasks on loopback -----------------------------------------
@@ -337,6 +318,7 @@ def assert_exit_0(tasks: Tasks, name: str, process: subprocess.Popen, timeout):
     assert code == 0, f"{name} exited with code {code}:\n{tasks.tail(name)}"
 
 
+@pytest.mark.slow
 def test_launcher_trains_a_learner_and_two_actors_to_the_target(tasks, tmp_path):
     logdir = str(tmp_path / "run")
     launcher = tasks.start(
@@ -385,6 +367,7 @@ def _saves(text: str, completed: bool = True) -> list[int]:
     return [int(n) for n in re.findall(pattern, text)]
 
 
+@pytest.mark.slow
 def test_faults_actor_killed_and_restarted_learner_killed_and_restarted(
     tasks, tmp_path
 ):

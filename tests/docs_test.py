@@ -39,6 +39,8 @@ SCRIPTS = ("experiment.py", "launch.py")
 # absl's own command-line flags, valid for any absl program.
 ABSL_BUILTIN_FLAGS = {"help", "helpfull", "helpshort", "helpxml", "flagfile", "undefok"}
 IMPORT_TIMEOUT_S = 180
+# The fast loop of README's Development section, as split into words.
+FAST_TESTS = "python3 -m pytest -m not slow tests"
 
 _LIST_FLAGS = """
 import importlib, json, sys
@@ -363,16 +365,26 @@ def test_install_and_test_commands_are_the_same_in_readme_dockerfile_and_ci():
             f"{where} does not run the install command {install!r}"
         )
         assert tests in commands, f"{where} does not run the test command {tests!r}"
-        # No second spelling of the same steps (a bare `pip`, another pytest target).
+        # No second spelling of the same steps (a bare `pip`, another pytest
+        # target); the README's Development section adds the fast subset.
+        allowed = {install, tests} | ({FAST_TESTS} if where == "README.md" else set())
         variants = [
             c
             for c in commands
-            if (re.search(r"-r\s+requirements\.txt", c) and c != install)
-            or (re.search(r"\bpytest\b", c) and c != tests)
+            if (re.search(r"-r\s+requirements\.txt", c) or re.search(r"\bpytest\b", c))
+            and c not in allowed
         ]
         assert not variants, (
             f"{where} spells the install/test commands differently: {variants}"
         )
+
+
+def test_readme_documents_the_fast_subset_of_the_tests():
+    commands = {
+        " ".join(c) for ln in _all_readme_command_lines() for c in _commands(ln)
+    }
+    assert FAST_TESTS in commands
+    assert "## Development" in _read(README)
 
 
 def test_readme_quick_start_trains_on_the_embedded_default():

@@ -683,6 +683,7 @@ print(path, built)
 """
 
 
+@pytest.mark.slow
 def test_concurrent_builds_compile_once_then_cache(tmp_path, monkeypatch):
     source = tmp_path / "tiny.cc"
     source.write_text(TINY_SOURCE)

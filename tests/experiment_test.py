@@ -2,8 +2,9 @@
 
 Training, resuming and test mode run experiment.py in subprocesses with small
 sizes (2 actors, batch 2, unroll 20, the shallow agent, about 2000 frames);
-the learning check and flag checks run in-process. Every subprocess has a
-timeout, so a hang fails the test instead of stalling CI.
+the learning check and flag checks run in-process (the pieces built from
+config objects; the command line parsed with experiment.parse_flags). Every
+subprocess has a timeout, so a hang fails the test instead of stalling CI.
 """
 
 import glob
@@ -18,8 +19,6 @@ import types
 import numpy as np
 import pytest
 import tensorflow as tf
-from absl import flags
-from absl.testing import flagsaver
 from run_helpers import (
     FRAMES_PER_UPDATE,
     REPO_ROOT,
@@ -27,14 +26,19 @@ from run_helpers import (
     SMALL,
     command,
     run_experiment,
+    small_config,
 )
 
+import actors
 import agent as agent_lib
 import experiment
 import learner as learner_lib
+import pipeline
+import progress
 import py_process
 
-FLAGS = flags.FLAGS
+FLAGS = experiment.FLAGS
+UNROLL = 20  # SMALL's --unroll_length
 
 FIRST_TARGET = 2000
 SECOND_TARGET = 3000
@@ -164,6 +168,7 @@ def trained(tmp_path_factory):
     )
 
 
+@pytest.mark.slow
 def test_training_exits_0_with_checkpoint_events_and_frames(trained):
     assert trained.returncode == 0, trained.output[-3000:]
     assert tf.train.latest_checkpoint(trained.logdir)
@@ -176,12 +181,14 @@ def test_training_exits_0_with_checkpoint_events_and_frames(trained):
     assert "DeepMind Lab is not installed" not in trained.output
 
 
+@pytest.mark.slow
 def test_single_machine_training_opens_no_listening_socket(trained):
     assert trained.returncode == 0, trained.output[-3000:]
     assert trained.scans > 0, "the run ended before a scan could happen"
     assert trained.sockets == []
 
 
+@pytest.mark.slow
 def test_rerun_resumes_from_checkpoint(trained):
     first = saved_frames(trained.logdir)
     result = run_experiment(
@@ -194,6 +201,7 @@ def test_rerun_resumes_from_checkpoint(trained):
     assert saved_frames(trained.logdir) == expected_frames(SECOND_TARGET, first)
 
 
+@pytest.mark.slow
 def test_test_mode_plays_an_episode_and_writes_json(trained, tmp_path):
     # On a copy at another path: the checkpoint state file names its files
     # relative to the logdir, so a moved run still finds them.
@@ -215,15 +223,17 @@ def test_test_mode_plays_an_episode_and_writes_json(trained, tmp_path):
     assert "mean return" in result.stderr
 
 
+def run_command_line(*args: str) -> int:
+    """experiment.py's mode for the command line `args`, in this process."""
+    return experiment.run_mode(experiment.parse_flags(["experiment.py", *args]))
+
+
+@pytest.mark.slow
 def test_checkpoint_of_another_agent_is_a_clear_error(trained, capsys):
-    if not FLAGS.is_parsed():
-        FLAGS.mark_as_parsed()
-    values = dict(
-        level_name="atari/pong", logdir=trained.logdir, mode="test", agent="deep"
-    )
-    with flagsaver.flagsaver(**values), pytest.raises(SystemExit) as exit_info:
-        experiment.main(["experiment.py"])
-    assert exit_info.value.code == 2
+    code = run_command_line(
+        "--level_name=atari/pong", f"--logdir={trained.logdir}", "--mode=test"
+    )  # --agent=deep, the default; the run was shallow
+    assert code == 2
     check_one_error_line(capsys.readouterr().err, "checkpoint does not fit")
 
 
@@ -274,6 +284,7 @@ def check_one_error_line(stderr: str, expected: str) -> None:
     assert expected in ours[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(BAD_FLAG_PROCESSES))
 def test_bad_flags_exit_nonzero_with_one_line(bad_flag_runs, name):
     returncode, stderr = bad_flag_runs[name]
@@ -282,25 +293,20 @@ def test_bad_flags_exit_nonzero_with_one_line(bad_flag_runs, name):
 
 
 @pytest.mark.parametrize(
-    "overrides,expected",
+    "args,expected",
     [
-        (dict(total_environment_frames=-5), "--total_environment_frames=-5"),
-        (dict(num_actors=0), "--num_actors=0"),
-        (dict(unroll_length=0), "--unroll_length=0"),
-        (dict(mode="test"), "no checkpoint"),
-        (dict(level_name="explore_goal_locations_small"), "DeepMind Lab"),
+        (["--total_environment_frames=-5"], "--total_environment_frames=-5"),
+        (["--num_actors=0"], "--num_actors=0"),
+        (["--unroll_length=0"], "--unroll_length=0"),
+        (["--mode=test"], "no checkpoint"),
+        (["--level_name=explore_goal_locations_small"], "DeepMind Lab"),
     ],
 )
-def test_bad_flags_in_process(overrides, expected, tmp_path, capsys):
-    if "level_name" in overrides and experiment.environments.deepmind_lab_available():
+def test_bad_flags_in_process(args, expected, tmp_path, capsys):
+    if "level_name" in args[0] and experiment.environments.deepmind_lab_available():
         pytest.skip("DeepMind Lab is installed here")
-    if not FLAGS.is_parsed():
-        FLAGS.mark_as_parsed()
-    values = dict(level_name="atari/pong", logdir=str(tmp_path))
-    values.update(overrides)
-    with flagsaver.flagsaver(**values), pytest.raises(SystemExit) as exit_info:
-        experiment.main(["experiment.py"])
-    assert exit_info.value.code == 2
+    code = run_command_line("--level_name=atari/pong", f"--logdir={tmp_path}", *args)
+    assert code == 2
     check_one_error_line(capsys.readouterr().err, expected)
 
 
@@ -344,31 +350,19 @@ def test_clip_rewards():
 # -- learning sanity on a fixed, real batch -------------------------------------
 
 
-@pytest.fixture
-def small_flags():
-    if not FLAGS.is_parsed():
-        FLAGS.mark_as_parsed()
-    with flagsaver.flagsaver(
-        unroll_length=20, agent="shallow", batch_size=2, num_actors=2
-    ):
-        yield
-
-
 def collect_real_batch(num_unrolls: int = 2, max_tries: int = 40):
     """Pong unrolls from real actors, each with a non-zero reward in it.
 
     Also checks that consecutive unrolls of an actor overlap by one step.
     """
-    level = "atari/pong"
+    level, environment = "atari/pong", small_config().environment
     with tf.Graph().as_default():
         tf.compat.v1.set_random_seed(1)
         agent = agent_lib.Agent(6, torso="shallow")
         outputs = []
         for i in range(num_unrolls):
-            _, env = experiment.create_environment(
-                level, seed=i + 1, level_names=[level]
-            )
-            output, _ = experiment.build_actor(agent, env, level, FLAGS.unroll_length)
+            _, env = actors.create_environment(level, i + 1, environment)
+            output, _ = actors.build_actor(agent, env, level, UNROLL)
             outputs.append(output)
         unrolls = []
         with tf.compat.v1.train.SingularMonitoredSession(
@@ -378,7 +372,7 @@ def collect_real_batch(num_unrolls: int = 2, max_tries: int = 40):
                 previous = None
                 for _ in range(max_tries):
                     unroll = session.run(output)
-                    assert unroll.env_outputs.reward.shape == (FLAGS.unroll_length + 1,)
+                    assert unroll.env_outputs.reward.shape == (UNROLL + 1,)
                     if previous is not None:
                         np.testing.assert_array_equal(
                             unroll.env_outputs.observation[0][0],
@@ -398,7 +392,7 @@ def collect_real_batch(num_unrolls: int = 2, max_tries: int = 40):
 
 
 @pytest.mark.parametrize("inference", ["unbatched", "dynamic_batching"])
-def test_learner_recomputes_the_actors_policy_exactly(small_flags, inference):
+def test_learner_recomputes_the_actors_policy_exactly(inference):
     """With the actors' own weights, the learner's unroll over their
     trajectories gives back the behaviour policy: every log rho is 0.
 
@@ -408,51 +402,52 @@ def test_learner_recomputes_the_actors_policy_exactly(small_flags, inference):
     wrongly between unrolls, makes the probabilities differ. (Shifting the
     learner's outputs by one step fails it.)
     """
-    level = "atari/pong"
-    config = experiment.learner_config_from_flags()
-    with flagsaver.flagsaver(dynamic_batching=inference == "dynamic_batching"):
-        with tf.Graph().as_default():
-            tf.compat.v1.set_random_seed(4)
-            agent = experiment.create_agent(6, [level])
-            inference_fn, _ = experiment.make_inference_fn(agent, "/cpu:0")
-            outputs = []
-            for i in range(2):
-                _, env = experiment.create_environment(
-                    level, seed=i + 1, level_names=[level]
+    level, config = "atari/pong", small_config()
+    with tf.Graph().as_default():
+        tf.compat.v1.set_random_seed(4)
+        agent = actors.create_agent(config.agent)
+        inference_fn, batched = actors.make_inference_fn(
+            agent, "/cpu:0", dynamic=inference == "dynamic_batching"
+        )
+        assert batched == (inference == "dynamic_batching")
+        outputs = []
+        for i in range(2):
+            _, env = actors.create_environment(level, i + 1, config.environment)
+            output, _ = actors.build_actor(agent, env, level, UNROLL, inference_fn)
+            outputs.append(output)
+        # The learner reads the very unrolls the actors produce in the same
+        # session.run, before any update.
+        batch = pipeline.stack_unrolls(outputs)
+        learner = learner_lib.build_learner(
+            agent,
+            batch.agent_state,
+            batch.env_outputs,
+            batch.agent_outputs,
+            config.learner,
+        )
+        returns = learner.vtrace_returns
+        with tf.compat.v1.train.SingularMonitoredSession(
+            hooks=[py_process.PyProcessHook()]
+        ) as session:
+            for _ in range(3):  # The first unroll starts an episode.
+                log_rhos, behaviour = session.run(
+                    (returns.log_rhos, returns.behaviour_action_log_probs)
                 )
-                output, _ = experiment.build_actor(
-                    agent, env, level, FLAGS.unroll_length, inference_fn
-                )
-                outputs.append(output)
-            # The learner reads the very unrolls the actors produce in the
-            # same session.run, before any update.
-            batch = experiment.stack_unrolls(outputs)
-            learner = learner_lib.build_learner(
-                agent, batch.agent_state, batch.env_outputs, batch.agent_outputs, config
-            )
-            returns = learner.vtrace_returns
-            with tf.compat.v1.train.SingularMonitoredSession(
-                hooks=[py_process.PyProcessHook()]
-            ) as session:
-                for _ in range(3):  # The first unroll starts an episode.
-                    log_rhos, behaviour = session.run(
-                        (returns.log_rhos, returns.behaviour_action_log_probs)
-                    )
-                    assert log_rhos.shape == (FLAGS.unroll_length, 2)
-                    assert np.all(behaviour < 0)  # real, non-trivial policies
-                    np.testing.assert_allclose(log_rhos, 0.0, atol=1e-4)
+                assert log_rhos.shape == (UNROLL, 2)
+                assert np.all(behaviour < 0)  # real, non-trivial policies
+                np.testing.assert_allclose(log_rhos, 0.0, atol=1e-4)
 
 
-def test_learner_updates_lower_the_loss_on_a_fixed_batch(small_flags):
+def test_learner_updates_lower_the_loss_on_a_fixed_batch():
     unrolls = collect_real_batch()
-    config = experiment.learner_config_from_flags()
+    config = small_config().learner
     with tf.Graph().as_default():
         tf.compat.v1.set_random_seed(2)
         agent = agent_lib.Agent(6, torso="shallow")
-        batch = experiment.stack_unrolls(
+        batch = pipeline.stack_unrolls(
             [tf.nest.map_structure(tf.constant, u) for u in unrolls]
         )
-        assert batch.env_outputs.reward.shape == (FLAGS.unroll_length + 1, 2)
+        assert batch.env_outputs.reward.shape == (UNROLL + 1, 2)
         learner = learner_lib.build_learner(
             agent, batch.agent_state, batch.env_outputs, batch.agent_outputs, config
         )
@@ -489,13 +484,13 @@ class _RecordingWriter:
             self.values.setdefault(value.tag, []).append((step, value.simple_value))
 
 
-def test_episode_logger_logs_finished_episodes_and_suite_scores(small_flags):
+def test_episode_logger_logs_finished_episodes_and_suite_scores():
     import atari57
     import environments
 
     level_names = environments.expand_level_names("atari57")
     writer = _RecordingWriter()
-    logger = experiment.EpisodeLogger(writer, "atari57", level_names)
+    logger = progress.EpisodeLogger(writer, "atari57", level_names, 4)
     info_type = environments.StepOutputInfo
     # One batch per game: element 1 finishes an episode at step 2.
     for i, level in enumerate(level_names):
@@ -511,10 +506,7 @@ def test_episode_logger_logs_finished_episodes_and_suite_scores(small_flags):
             float(level_names.index("atari/pong")),
         )
     ]
-    assert (
-        writer.values["atari/pong/episode_frames"][0][1]
-        == 10 * FLAGS.num_action_repeats
-    )
+    assert writer.values["atari/pong/episode_frames"][0][1] == 10 * 4
     # Once every game has an episode, the human-normalised scores follow.
     returns = {level: [float(i)] for i, level in enumerate(level_names)}
     median, mean = atari57.compute_human_normalized_scores(returns)
@@ -529,8 +521,8 @@ def test_dequeue_many_batch_is_time_major_like_stacked_unrolls():
     rng = np.random.default_rng(0)
     steps, batch_size = 3, 4
 
-    def unroll(i: int) -> experiment.ActorOutput:
-        return experiment.ActorOutput(
+    def unroll(i: int) -> actors.ActorOutput:
+        return actors.ActorOutput(
             level_name=f"level{i}".encode(),
             agent_state=rng.normal(size=[5]).astype(np.float32),
             env_outputs=(
@@ -554,10 +546,10 @@ def test_dequeue_many_batch_is_time_major_like_stacked_unrolls():
             for t in flat
         ]
         enqueue = queue.enqueue(placeholders)
-        batch = experiment.time_major(
+        batch = pipeline.time_major(
             tf.nest.pack_sequence_as(specs, queue.dequeue_many(batch_size))
         )
-        expected = experiment.stack_unrolls(
+        expected = pipeline.stack_unrolls(
             [tf.nest.map_structure(tf.constant, u) for u in unrolls]
         )
         with tf.compat.v1.Session() as session:

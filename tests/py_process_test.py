@@ -350,6 +350,37 @@ def test_sigkilled_child_gives_an_error_not_a_hang(graph):
             bounded(lambda: session.run(add), timeout=10)
 
 
+def test_last_error_keeps_the_typed_cause_that_session_run_turns_to_text(graph):
+    """Inside session.run, py_func hands the caller only a tf.errors error with
+    text; `last_error` keeps the PyProcessError itself, which
+    actors.failure_cause reads (the one decoding of that text's cause)."""
+    import actors
+
+    process = PyProcess(helpers.Calculator)
+    add, fail = process.proxy.add(1), process.proxy.fail("no such level")
+    bounded(process.start)
+    assert process.last_error is None
+    with tf.compat.v1.Session() as session:
+        with pytest.raises(tf.errors.OpError) as raised:
+            bounded(lambda: session.run(fail), timeout=10)
+        assert isinstance(process.last_error, py_process.PyProcessRemoteError)
+        assert process.last_error.exception_message == "no such level"
+        cause = actors.failure_cause(raised.value, process)
+        assert cause == str(process.last_error).splitlines()[0]
+        assert "no such level" in cause
+        bounded(process.restart)
+        assert process.last_error is None  # A fresh child has no failure.
+        pid = process.pid
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(tf.errors.OpError) as raised:
+            bounded(lambda: session.run(add), timeout=10)
+        assert isinstance(process.last_error, py_process.PyProcessDiedError)
+        assert actors.failure_cause(raised.value, process) == (
+            f"PyProcess Calculator (pid {pid}) died: killed by signal SIGKILL "
+            f"(while running add())"
+        )
+
+
 def test_idle_child_killed_and_other_deaths_are_named(graph):
     process = PyProcess(helpers.Calculator)
     add = process.proxy.add(1)
@@ -559,6 +590,7 @@ def child_gone(pid):
     return process_state(pid) in (None, "Z")
 
 
+@pytest.mark.slow
 def test_ctrl_c_on_the_parent_leaves_no_orphans(tmp_path):
     parent, child_pid, marker = start_parent(tmp_path)
     try:
@@ -572,6 +604,7 @@ def test_ctrl_c_on_the_parent_leaves_no_orphans(tmp_path):
         parent.wait()
 
 
+@pytest.mark.slow
 def test_parent_killed_leaves_no_orphans(tmp_path):
     parent, child_pid, marker = start_parent(tmp_path)
     try:

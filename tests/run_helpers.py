@@ -35,3 +35,29 @@ def run_experiment(*args: str, timeout: float = RUN_TIMEOUT_S):
     return subprocess.run(
         command(*args), cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout
     )
+
+
+def small_config(logdir: str = "/tmp/agent", **learner_overrides):
+    """The SMALL settings as a config.Config, for tests that build the graph
+    pieces in-process (no flags involved)."""
+    import config
+
+    num_actions = 6  # atari/pong's minimal action set
+    return config.Config(
+        run=config.RunConfig(logdir=logdir, num_actors=2),
+        environment=config.EnvironmentConfig(
+            level_name="atari/pong", level_names=("atari/pong",), num_actions=6
+        ),
+        agent=config.AgentConfig(
+            torso="shallow", num_actions=num_actions, use_instruction=False
+        ),
+        learner=config.LearnerConfig(
+            **{
+                "batch_size": 2,
+                "unroll_length": 20,
+                "num_action_repeats": 4,
+                "total_environment_frames": 10**6,
+                **learner_overrides,
+            }
+        ),
+    )

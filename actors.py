@@ -1,0 +1,515 @@
+"""The actors: environments, their unrolls as graph ops, and the threads
+that run them.
+
+An actor is an environment in its own process (py_process) plus an unroll of
+the agent over it (`build_actor`): each run of its output continues where
+the previous one stopped and yields the next `unroll_length` steps. On one
+machine every actor is a thread of the learner's process that runs its
+enqueue op in a loop (`ActorRunner`), with inference batched across actors
+by the dynamic batching op (`make_inference_fn`); a cluster's actor task
+builds the same unroll (distributed.py).
+
+What an actor survives: its environment process dying, raising or hanging
+(killed after `EnvironmentConfig.timeout_secs`). `ActorRunner` then drops
+the unroll in flight, restarts the environment in a fresh process and
+resets the actor's state; ENV_FAILURES_BEFORE_GIVING_UP failures in a row
+end training with EnvironmentFailedError.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+
+import tensorflow as tf
+from absl import logging
+
+import agent as agent_lib
+import environments
+import py_process
+from config import AgentConfig, EnvironmentConfig
+from errors import EnvironmentFailedError
+
+try:  # dynamic_batching is optional: without its op, inference is unbatched.
+    import dynamic_batching
+except ImportError:  # pragma: no cover - the module is part of the repository
+    dynamic_batching = None
+
+# Failures of one actor's environment in a row (no complete unroll between
+# them, failed restarts included) before training stops; and the pause
+# before restart n (n x this many seconds).
+ENV_FAILURES_BEFORE_GIVING_UP = 3
+ENV_RESTART_DELAY_SECS = 1.0
+
+ActorOutput = collections.namedtuple(
+    "ActorOutput", "level_name agent_state env_outputs agent_outputs"
+)
+Actor = collections.namedtuple(
+    "Actor", "index level_name env_process output enqueue_op state_initializer"
+)
+
+
+def create_agent(config: AgentConfig, name: str = "agent") -> agent_lib.Agent:
+    """The configured network (with an instruction encoder only where some
+    level has instructions)."""
+    return agent_lib.Agent(
+        config.num_actions,
+        torso=config.torso,
+        use_instruction=config.use_instruction,
+        name=name,
+    )
+
+
+def create_environment(
+    level_name: str, seed: int, config: EnvironmentConfig, is_test: bool = False
+) -> tuple[py_process.PyProcess, environments.FlowEnvironment]:
+    """The level's environment process (not started) and its FlowEnvironment.
+
+    `level_name` is one of `config.level_names`.
+    """
+    process = environments.create_environment(
+        level_name,
+        seed=seed,
+        is_test=is_test,
+        num_action_repeats=config.num_action_repeats,
+        width=config.width,
+        height=config.height,
+        dataset_path=config.dataset_path,
+        full_action_space=environments.uses_full_action_space(config.level_names),
+        # Training on Atari ends an "episode" at each lost life (the usual
+        # DQN/IMPALA setup); test mode always plays whole games.
+        episode_life=not is_test,
+    )
+    # A hung environment (a stopped process, a library stuck in a loop) is
+    # killed after this long; the actor then restarts it like a dead one.
+    process.call_timeout_s = config.timeout_secs or None
+    return process, environments.FlowEnvironment(process.proxy)
+
+
+def _add_batch_dim(nest):
+    return tf.nest.map_structure(lambda t: tf.expand_dims(t, 0), nest)
+
+
+def _zero_agent_output(num_actions: int, batch_size: int) -> agent_lib.AgentOutput:
+    return agent_lib.AgentOutput(
+        action=tf.zeros([batch_size], tf.int32),
+        policy_logits=tf.zeros([batch_size, num_actions], tf.float32),
+        baseline=tf.zeros([batch_size], tf.float32),
+    )
+
+
+def _persistent_variable(initial_value: tf.Tensor) -> tf.Variable:
+    """A local (never checkpointed, never shared) resource variable."""
+    return tf.compat.v1.Variable(
+        initial_value,
+        trainable=False,
+        collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES],
+        use_resource=True,
+        name="actor_state",
+    )
+
+
+def build_actor(
+    agent: agent_lib.Agent,
+    env: environments.FlowEnvironment,
+    level_name: str,
+    unroll_length: int,
+    inference_fn=None,
+) -> tuple[ActorOutput, tf.Operation]:
+    """One actor's unroll of `unroll_length` steps, as graph ops.
+
+    The environment state, last environment output, agent core state and last
+    agent output persist across unrolls in local variables, so each run of
+    the returned tensors continues where the previous one stopped.
+
+    Args:
+      agent: the (shared) agent; built here once if it has no variables yet.
+      env: the actor's FlowEnvironment.
+      level_name: the level, recorded in the output.
+      unroll_length: T, the agent steps per unroll.
+      inference_fn: (last_actions [1], env_outputs [1, ...], core_state) ->
+        (AgentOutput [1, ...], core_state); defaults to `agent` (one step).
+
+    Returns:
+      (ActorOutput, state_initializer):
+        ActorOutput(level_name string [], agent_state: core state [256] each
+        before the first step, env_outputs [T + 1, ...],
+        agent_outputs [T + 1, ...]), where step 0 is the last step of the
+        previous unroll (so consecutive unrolls overlap by one step: the
+        learner needs it to pair each action with the observation it came
+        from); state_initializer resets this actor's persistent state (and
+        calls the environment's `initial`).
+    """
+    inference_fn = inference_fn or agent
+    with tf.name_scope("actor"):
+        initial_env_output, initial_env_state = env.initial()
+        initial_values = (
+            initial_env_state,
+            initial_env_output,
+            agent.initial_state(1),
+            _zero_agent_output(agent.num_actions, 1),
+        )
+        if not agent.built:
+            # Variables can only be created in the main graph, not in the
+            # loop body of tf.scan (a function graph): build the agent once.
+            agent(
+                initial_values[3].action,
+                _add_batch_dim(initial_env_output),
+                initial_values[2],
+            )
+        state = tf.nest.map_structure(_persistent_variable, initial_values)
+        state_initializer = tf.group(
+            [v.initializer for v in tf.nest.flatten(state)], name="reset_actor"
+        )
+        # read_value() snapshots the state: the assignments below must not
+        # change what `first` refers to.
+        first = tf.nest.map_structure(lambda v: v.read_value(), state)
+
+        def step(carry, unused_index):
+            env_state, env_output, core_state, agent_output = carry
+            agent_output, core_state = inference_fn(
+                agent_output.action, _add_batch_dim(env_output), core_state
+            )
+            env_output, env_state = env.step(agent_output.action[0], env_state)
+            return env_state, env_output, core_state, agent_output
+
+        # outputs: each element stacked over the T steps of the unroll.
+        outputs = tf.scan(step, tf.range(unroll_length), initializer=first)
+        assignments = tf.nest.map_structure(
+            lambda v, t: v.assign(t[-1]), state, outputs
+        )
+        with tf.control_dependencies(tf.nest.flatten(assignments)):
+            _, first_env_output, first_core_state, first_agent_output = first
+            _, env_outputs, _, agent_outputs = outputs
+            # Drop the batch dimension of 1 used for inference.
+            first_core_state = tf.nest.map_structure(lambda t: t[0], first_core_state)
+            first_agent_output = tf.nest.map_structure(
+                lambda t: t[0], first_agent_output
+            )
+            agent_outputs = tf.nest.map_structure(lambda t: t[:, 0], agent_outputs)
+            full_env_outputs, full_agent_outputs = tf.nest.map_structure(
+                lambda first_t, rest: tf.concat([first_t[None], rest], axis=0),
+                (first_env_output, first_agent_output),
+                (env_outputs, agent_outputs),
+            )
+            output = ActorOutput(
+                level_name=tf.constant(level_name),
+                agent_state=first_core_state,
+                env_outputs=full_env_outputs,
+                agent_outputs=full_agent_outputs,
+            )
+            # Nothing is ever differentiated through an actor's unroll.
+            output = tf.nest.map_structure(tf.stop_gradient, output)
+    return output, state_initializer
+
+
+def actor_output_specs(
+    environment: EnvironmentConfig, agent: AgentConfig, unroll_length: int
+):
+    """The nest of tf.TensorSpec of one ActorOutput (shapes without batch).
+
+    Built in a throwaway graph with a throwaway agent and an environment
+    process that is never started, so the learner can create its queue
+    without building (or running) an actor.
+    """
+    level_name = environment.level_names[0]
+    with tf.Graph().as_default():
+        scratch_agent = create_agent(agent)
+        _, env = create_environment(level_name, seed=0, config=environment)
+        output, _ = build_actor(scratch_agent, env, level_name, unroll_length)
+        return tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), output)
+
+
+def make_inference_fn(agent: agent_lib.Agent, device: str, dynamic: bool = True):
+    """The actors' one-step agent: dynamically batched when `dynamic` and the
+    op is built.
+
+    Returns (function, batched: bool).
+    """
+    if not dynamic:
+        logging.info("--dynamic_batching=false: each actor runs the agent unbatched.")
+        return agent, False
+    if dynamic_batching is not None and dynamic_batching.is_available():
+
+        @dynamic_batching.batch_fn
+        def batched_inference(last_actions, env_outputs, core_state):
+            with tf.device(device):
+                return agent(last_actions, env_outputs, core_state)
+
+        return batched_inference, True
+    logging.warning(
+        "Dynamic batching is not available (its op could not be built; run "
+        "`python3 dynamic_batching.py` to see why): each actor runs the agent "
+        "on its own, unbatched."
+    )
+    return agent, False
+
+
+def build_actors(
+    agent: agent_lib.Agent,
+    environment: EnvironmentConfig,
+    num_actors: int,
+    unroll_length: int,
+    seed: int,
+    queue: tf.queue.FIFOQueue,
+    inference_fn,
+) -> list[Actor]:
+    """`num_actors` actors, round-robin over the levels, each enqueuing its
+    unrolls into `queue`; actor i's environment has seed `seed + i`."""
+    actors = []
+    level_names = environment.level_names
+    for i in range(num_actors):
+        level_name = level_names[i % len(level_names)]
+        with tf.name_scope(f"actor_{i}"):
+            process, env = create_environment(level_name, seed + i, environment)
+            output, state_initializer = build_actor(
+                agent, env, level_name, unroll_length, inference_fn
+            )
+            enqueue_op = queue.enqueue(tf.nest.flatten(output))
+        actors.append(
+            Actor(i, level_name, process, output, enqueue_op, state_initializer)
+        )
+    return actors
+
+
+class ActorRunner:
+    """Runs one actor's enqueue op in a loop, in its own thread.
+
+    The thread ends quietly when the queue is closed or training stops. When
+    the actor's environment process dies or its environment raises, the
+    unroll in flight is dropped (its enqueue never ran: nothing half-filled
+    reaches the learner), the environment restarts in a fresh process and the
+    actor's state is reset (`_recover_environment`); after
+    ENV_FAILURES_BEFORE_GIVING_UP failures in a row without a complete unroll
+    in between, an EnvironmentFailedError stops training. Any other error
+    stops training through the coordinator (and is re-raised by the training
+    session).
+    """
+
+    def __init__(
+        self,
+        actor: Actor,
+        restarts: EnvironmentRestarts | None = None,
+        shutdown=None,
+    ):
+        """`shutdown`: the run's ShutdownRequest (None in tests: no signals)."""
+        self.actor = actor
+        self._restarts = restarts
+        self._shutdown = shutdown
+        self._stopping = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.unrolls = 0
+        self.environment_restarts = 0
+        self._failures_in_a_row = 0
+
+    def start(self, session, coord: tf.train.Coordinator) -> threading.Thread:
+        self.thread = threading.Thread(
+            target=self._loop,
+            args=(session, coord),
+            name=f"actor-{self.actor.index}",
+            daemon=True,
+        )
+        coord.register_thread(self.thread)
+        self.thread.start()
+        return self.thread
+
+    def stop(self) -> None:
+        """Tells the loop to end; errors from here on are part of stopping."""
+        self._stopping.set()
+
+    def _loop(self, session, coord: tf.train.Coordinator) -> None:
+        try:
+            while not coord.should_stop() and not self._stopping.is_set():
+                try:
+                    session.run(self.actor.enqueue_op)
+                except tf.errors.OpError as e:
+                    if not self._environment_failed(e, coord):
+                        raise
+                    self._recover_environment(session, coord, e)
+                    continue
+                self.unrolls += 1
+                self._failures_in_a_row = 0
+        except (tf.errors.CancelledError, tf.errors.OutOfRangeError):
+            pass  # The queue was closed: training is over.
+        except Exception as e:  # noqa: BLE001 - reported through coord
+            if self._should_end(coord):
+                logging.debug("Actor %d stopped: %s", self.actor.index, e)
+                return
+            logging.error(
+                "Actor %d (%s) failed: %s", self.actor.index, self.actor.level_name, e
+            )
+            coord.request_stop(e)
+
+    # -- environment failures (see the class docstring) --
+
+    def _should_end(self, coord: tf.train.Coordinator) -> bool:
+        # A signal too: SIGTERM sent to a whole process group (systemd,
+        # launch.py) kills the environments while the learner stops cleanly.
+        return (
+            coord.should_stop()
+            or self._stopping.is_set()
+            or (self._shutdown is not None and self._shutdown.requested)
+        )
+
+    def _environment_failed(self, error: Exception, coord) -> bool:
+        """True when `error` comes from this actor's environment process
+        (died, or its environment raised) while training goes on."""
+        if isinstance(error, (tf.errors.CancelledError, tf.errors.OutOfRangeError)):
+            return False
+        return not self._should_end(coord) and not self.actor.env_process.alive
+
+    def _recover_environment(self, session, coord, error: Exception) -> None:
+        """Restarts the environment in a fresh process and resets the actor.
+
+        The actor's persistent state (environment state and output, agent
+        core state, last action) is re-initialised with its
+        state_initializer, which calls the new environment's `initial()`.
+        Restarts wait 1 s, 2 s, ... first (and stop waiting when training
+        stops). Raises EnvironmentFailedError on the
+        ENV_FAILURES_BEFORE_GIVING_UP-th failure in a row (failed restarts
+        count too).
+        """
+        actor, process = self.actor, self.actor.env_process
+        cause = failure_cause(error, process)
+        while True:
+            self._failures_in_a_row += 1
+            failures = self._failures_in_a_row
+            if failures >= ENV_FAILURES_BEFORE_GIVING_UP:
+                raise EnvironmentFailedError(
+                    f"the environment of actor {actor.index} ({actor.level_name}) "
+                    f"failed {failures} times in a row without completing an "
+                    f"unroll; last cause: {cause}. Training stopped after "
+                    f"saving a checkpoint (rerun the same command to resume). "
+                    f"Check the level name, --dataset_path and the environment's "
+                    f"installation."
+                )
+            logging.warning(
+                "Actor %d (%s): environment failed: %s. Dropped the unroll in "
+                "flight; restarting the environment in a fresh process "
+                "(failure %d in a row; training stops at %d).",
+                actor.index,
+                actor.level_name,
+                cause,
+                failures,
+                ENV_FAILURES_BEFORE_GIVING_UP,
+            )
+            if coord.wait_for_stop(ENV_RESTART_DELAY_SECS * failures):
+                return
+            if self._should_end(coord):
+                return
+            try:
+                process.restart()
+                session.run(actor.state_initializer)
+            except (py_process.PyProcessError, tf.errors.OpError) as e:
+                if self._should_end(coord):
+                    return
+                cause = failure_cause(e, process)
+                continue
+            if self._should_end(coord):
+                # Training stopped meanwhile, maybe after the environments
+                # were closed: do not leave this fresh process behind.
+                process.close()
+                return
+            self.environment_restarts += 1
+            total = (
+                self._restarts.record(session)
+                if self._restarts is not None
+                else self.environment_restarts
+            )
+            logging.warning(
+                "Actor %d (%s): environment restarted (pid %s); training "
+                "continues (%d environment restart(s) in this run).",
+                actor.index,
+                actor.level_name,
+                process.pid,
+                total,
+            )
+            return
+
+
+class ActorRunnerHook(tf.compat.v1.train.SessionRunHook):
+    """Starts the actor threads once the session exists; stops them at end.
+
+    Must come before PyProcessHook in the hook list: `end` closes the queue
+    (releasing actors blocked in enqueue) before the environments close.
+    """
+
+    def __init__(self, runners: list[ActorRunner], close_queue_op: tf.Operation):
+        self._runners = runners
+        self._close_queue_op = close_queue_op
+
+    def after_create_session(self, session, coord) -> None:
+        for runner in self._runners:
+            runner.start(session, coord)
+        # When training stops for any reason (also on an exception, when
+        # `end` is not called), close the queue so no actor stays blocked.
+        closer = threading.Thread(
+            target=self._close_on_stop, args=(session, coord), daemon=True
+        )
+        coord.register_thread(closer)
+        closer.start()
+
+    def _close_on_stop(self, session, coord) -> None:
+        coord.wait_for_stop()
+        self._close_queue(session)
+
+    def _close_queue(self, session) -> None:
+        try:
+            session.run(self._close_queue_op)
+        except Exception as e:  # noqa: BLE001 - the session may be closing
+            logging.debug("Closing the queue: %s", e)
+
+    def end(self, session) -> None:
+        for runner in self._runners:
+            runner.stop()
+        self._close_queue(session)
+        # An actor in the middle of an unroll finishes it (its enqueue then
+        # fails at once); one stuck longer is released when its environment
+        # closes next, and ends quietly because it was told to stop.
+        deadline = time.time() + 10
+        for runner in self._runners:
+            if runner.thread is not None:
+                runner.thread.join(timeout=max(0.0, deadline - time.time()))
+
+
+def failure_cause(error: Exception, process: py_process.PyProcess) -> str:
+    """One line saying why `process` failed, e.g. 'PyProcess AtariEnv (pid
+    12) died: killed by signal SIGKILL (while running step())'.
+
+    A PyProcessError says it itself; a TensorFlow error (py_func wrapped the
+    PyProcessError into text) defers to the error the process recorded.
+    """
+    if not isinstance(error, py_process.PyProcessError):
+        error = getattr(process, "last_error", None) or error
+    text = getattr(error, "message", None) or str(error)
+    lines = text.strip().splitlines()
+    return lines[0] if lines else type(error).__name__
+
+
+class EnvironmentRestarts:
+    """Counts environment restarts (all actors) and writes the count to
+    TensorBoard as `environment_restarts`, at the frame count of each
+    restart."""
+
+    def __init__(self, logdir: str, num_env_frames: tf.Variable):
+        self._logdir = logdir
+        self._num_env_frames = num_env_frames
+        self._lock = threading.Lock()
+        self.count = 0
+
+    def record(self, session) -> int:
+        """Counts one restart; returns the count so far."""
+        with self._lock:
+            self.count += 1
+            count = self.count
+        try:
+            frames = int(session.run(self._num_env_frames))
+        except tf.errors.OpError:  # The session is closing: count it anyway.
+            frames = 0
+        summary = tf.compat.v1.Summary()
+        summary.value.add(tag="environment_restarts", simple_value=count)
+        writer = tf.compat.v1.summary.FileWriterCache.get(self._logdir)
+        writer.add_summary(summary, frames)
+        writer.flush()  # Rare, and worth seeing at once.
+        return count

@@ -1,0 +1,202 @@
+"""Checkpoints: written whole, chosen with care, never deleted by mistake.
+
+The learner's MonitoredTrainingSession saves with `checkpoint_saver()`;
+before it restores, `resume_checkpoint` picks the newest checkpoint in
+--logdir that reads back whole (older ones when the newest is damaged),
+points the `checkpoint` state file at it and checks that it fits the graph.
+Test mode takes the same choice through `newest_whole_checkpoint`. Nothing
+here deletes a file: a damaged checkpoint is named in a warning and left in
+place.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from errors import CheckpointError, FlagError
+
+# Checkpoints kept in --logdir (older ones are deleted as new ones come); at
+# least 2, so that a damaged newest checkpoint leaves one to resume from.
+CHECKPOINTS_TO_KEEP = 5
+
+
+def checkpoint_saver() -> tf.compat.v1.train.Saver:
+    """The training checkpoints' saver: keeps CHECKPOINTS_TO_KEEP, not sharded.
+
+    Not sharded (the Scaffold's default is): a non-sharded V2 save writes the
+    data file, the index, the `checkpoint` state file and the meta graph each
+    to a temporary file renamed into place, so a SIGKILL at any moment leaves
+    every file whole and the state file naming a complete checkpoint. The
+    sharded saver writes its merged index in place (no rename): killed then,
+    it would leave a truncated index, and since a resume re-saves the
+    restored step under the same name, it could damage the very checkpoint
+    the state file names. (Renames are atomic against a killed process, not
+    against a power loss without fsync.) How this was checked: BENCHMARKS.md,
+    "Checkpoint writes".
+    """
+    # Relative paths in the `checkpoint` state file: a --logdir that was
+    # moved or copied (another disk, another host) still names its files.
+    return tf.compat.v1.train.Saver(
+        sharded=False,
+        max_to_keep=CHECKPOINTS_TO_KEEP,
+        allow_empty=True,
+        save_relative_paths=True,
+    )
+
+
+def _checkpoint_step(prefix: str) -> int:
+    match = re.search(r"-(\d+)$", prefix)
+    return int(match.group(1)) if match else -1
+
+
+def find_checkpoints(logdir: str) -> list[str]:
+    """Checkpoint prefixes in `logdir` (absolute), newest (highest step) first:
+    every `<prefix>.index` file and whatever the `checkpoint` file names."""
+    logdir = os.path.abspath(logdir)
+    prefixes = {
+        path[: -len(".index")]
+        for path in glob.glob(os.path.join(glob.escape(logdir), "*.index"))
+    }
+    try:
+        state = tf.train.get_checkpoint_state(logdir)
+    except ValueError:  # A state file naming no checkpoint.
+        state = None
+    if state is not None:
+        named = [state.model_checkpoint_path, *state.all_model_checkpoint_paths]
+        prefixes.update(os.path.join(logdir, p) for p in named)
+    return sorted(prefixes, key=lambda p: (_checkpoint_step(p), p), reverse=True)
+
+
+def checkpoint_problem(prefix: str) -> str | None:
+    """None when checkpoint `prefix` reads back whole, else what is wrong.
+
+    Reads every tensor: TensorFlow checks each one's CRC32C on read, so a
+    truncated, partly overwritten or missing file shows up here and not
+    half-way through a restore. A checkpoint holding NaN/Inf values counts
+    as damaged too.
+    """
+    if not os.path.exists(prefix + ".index"):
+        return f"its index file {prefix}.index is missing"
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+        for name, dtype in reader.get_variable_to_dtype_map().items():
+            value = reader.get_tensor(name)
+            if dtype.is_floating and not np.all(np.isfinite(value)):
+                return f"variable {name} holds NaN or infinite values"
+    except Exception as e:  # noqa: BLE001 - OpError, IndexError on short files...
+        lines = (getattr(e, "message", None) or str(e)).strip().splitlines()
+        return f"{type(e).__name__}: {lines[0] if lines else ''}"
+    return None
+
+
+def newest_whole_checkpoint(logdir: str, candidates: list[str], use: str) -> str:
+    """The first of `candidates` (newest first) that reads back whole.
+
+    Logs a warning naming each newer, damaged one (left in place: nothing is
+    ever deleted here); `use` says what is done with the chosen one, e.g.
+    'resuming from'.
+
+    Raises:
+      CheckpointError: none of them reads back whole.
+    """
+    damaged = []
+    for prefix in candidates:
+        problem = checkpoint_problem(prefix)
+        if problem is None:
+            break
+        damaged.append(f"{prefix} ({problem})")
+    else:
+        raise CheckpointError(
+            f"--logdir={logdir} holds a training run, but none of its "
+            f"checkpoints can be restored: {'; '.join(damaged)}. Nothing was "
+            f"deleted and training did not start from scratch. Restore the files "
+            f"from a backup, or use another --logdir for a new run."
+        )
+    for problem in damaged:
+        logging.warning(
+            "Checkpoint %s cannot be restored: %s the previous checkpoint %s "
+            "instead. The damaged files are left in place.",
+            problem,
+            use,
+            prefix,
+        )
+    return prefix
+
+
+def resume_checkpoint(logdir: str, model: str) -> str | None:
+    """Chooses the checkpoint training resumes from; None for a new run.
+
+    Tries the checkpoints of `logdir` newest first (checkpoint_problem) and
+    takes the first that reads back whole, with a warning naming each newer,
+    damaged one; damaged files are left in place (nothing is ever deleted
+    here). When the `checkpoint` state file names another one, it is pointed
+    at the chosen checkpoint: the MonitoredTrainingSession restores what the
+    state file names. Also checks the checkpoint fits the model
+    (check_checkpoint_fits; `model` names its flags).
+
+    Raises:
+      CheckpointError: checkpoint files exist but none restores; training
+        does not start from scratch over an existing run.
+      FlagError: the checkpoint is of another agent or level.
+    """
+    candidates = find_checkpoints(logdir)
+    state_file = os.path.join(logdir, "checkpoint")
+    if not candidates:
+        if os.path.exists(state_file):
+            raise CheckpointError(
+                f"--logdir={logdir}: its checkpoint state file {state_file} "
+                f"names no checkpoint that exists. Nothing was deleted; move "
+                f"the file away to start a new run there, or use another --logdir."
+            )
+        return None
+    prefix = newest_whole_checkpoint(logdir, candidates, "resuming from")
+    check_checkpoint_fits(prefix, logdir, model)
+    try:
+        state = tf.train.get_checkpoint_state(logdir)
+    except ValueError:
+        state = None
+    if state is None or os.path.join(logdir, state.model_checkpoint_path) != prefix:
+        # Older checkpoints the saver tracked stay tracked (so they rotate out
+        # as usual); the damaged ones drop out of its list and stay on disk.
+        tracked = set(state.all_model_checkpoint_paths) if state else set()
+        older = [
+            p
+            for p in reversed(candidates)
+            if p in tracked and _checkpoint_step(p) < _checkpoint_step(prefix)
+        ]
+        tf.compat.v1.train.update_checkpoint_state(
+            logdir, prefix, all_model_checkpoint_paths=[*older, prefix]
+        )
+        logging.info("Pointed %s at %s.", state_file, prefix)
+    return prefix
+
+
+def check_checkpoint_fits(checkpoint: str | None, logdir: str, model: str) -> None:
+    """Raises FlagError when `checkpoint` cannot restore this graph's variables.
+
+    A --logdir holding a run of another agent or level would otherwise fail
+    late: TensorFlow restores resource variables without checking shapes.
+    `model` names the flags that shape the graph (Config.describe_model).
+    """
+    if checkpoint is None:
+        return
+    saved = dict(tf.train.list_variables(checkpoint))
+    for variable in tf.compat.v1.global_variables():
+        name, shape = variable.op.name, variable.shape.as_list()
+        problem = None
+        if name not in saved:
+            problem = f"it has no variable {name}"
+        elif list(saved[name]) != shape:
+            problem = f"{name} has shape {list(saved[name])} there, {shape} here"
+        if problem:
+            raise FlagError(
+                f"--logdir={logdir}: its checkpoint does not fit this model "
+                f"({model}): "
+                f"{problem}. Use the flags it was trained with, or another --logdir."
+            )

@@ -1,0 +1,105 @@
+"""The run's settings, one frozen dataclass per concern.
+
+experiment.py fills them from its flags once (`experiment.config_from_flags`)
+and validates the flags first; every other module takes the part it needs
+as an argument and never reads a flag. Tests and benchmarks build them
+directly. The cluster's addresses are `cluster.ClusterConfig`.
+
+Field names follow the flags they come from (`--unroll_length` ->
+`LearnerConfig.unroll_length`) except where noted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvironmentConfig:
+    """The levels and how their environments are made.
+
+    level_name: as run ('atari/pong', 'dmlab30'; the default level already
+      resolved to its fallback when DeepMind Lab is missing).
+    level_names: the levels it expands to (one, or a suite's 30 or 57).
+    num_actions: the agent's action count for these levels.
+    timeout_secs: --environment_timeout_secs; 0 waits forever.
+    """
+
+    level_name: str
+    level_names: tuple[str, ...]
+    num_actions: int
+    num_action_repeats: int = 4
+    width: int = 96
+    height: int = 72
+    dataset_path: str = ""
+    timeout_secs: float = 600
+
+    @property
+    def is_suite(self) -> bool:
+        return self.level_name in ("dmlab30", "atari57")
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentConfig:
+    """The network: `torso` is --agent ('deep' or 'shallow')."""
+
+    torso: str
+    num_actions: int
+    # Whether any level has language instructions (DeepMind Lab's do, Atari's
+    # never): without them the agent leaves out its instruction encoder.
+    use_instruction: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class LearnerConfig:
+    """The V-trace loss and RMSProp (learner.py), and the frames per update
+    (batch_size x unroll_length x num_action_repeats)."""
+
+    batch_size: int
+    unroll_length: int
+    num_action_repeats: int
+    total_environment_frames: int
+    discounting: float = 0.99
+    reward_clipping: str = "abs_one"
+    baseline_cost: float = 0.5
+    entropy_cost: float = 0.00025
+    learning_rate: float = 0.00048
+    decay: float = 0.99
+    momentum: float = 0.0
+    epsilon: float = 0.1
+    max_grad_norm: float = 0.0
+
+    @property
+    def frames_per_update(self) -> int:
+        return self.batch_size * self.unroll_length * self.num_action_repeats
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """What a run does around the model: where it writes, how many actors,
+    checkpoints, test mode."""
+
+    mode: str = "train"
+    logdir: str = "/tmp/agent"
+    num_actors: int = 4
+    seed: int = 1
+    save_checkpoint_secs: int = 600
+    # --dynamic_batching: batch the actors' inference calls (batcher.cc).
+    dynamic_batching: bool = True
+    test_num_episodes: int = 10
+    # --testonly_nan_reward_at_frame (tests of the NaN guard); 0 = off.
+    nan_reward_at_frame: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Everything a single-machine run or a cluster task needs."""
+
+    run: RunConfig
+    environment: EnvironmentConfig
+    agent: AgentConfig
+    learner: LearnerConfig
+
+    def describe_model(self) -> str:
+        """The flags a checkpoint must have been trained with, for messages."""
+        return f"--agent={self.agent.torso}, --level_name={self.environment.level_name}"
