@@ -14,16 +14,59 @@ from __future__ import annotations
 import glob
 import os
 import re
+import tempfile
 
 import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from errors import CheckpointError, FlagError
+from errors import CheckpointError, FlagError, LogdirError, first_line
 
 # Checkpoints kept in --logdir (older ones are deleted as new ones come); at
 # least 2, so that a damaged newest checkpoint leaves one to resume from.
 CHECKPOINTS_TO_KEEP = 5
+
+
+def ensure_logdir(logdir: str) -> None:
+    """Creates `logdir` if needed and checks that a file can be written there.
+
+    Raises:
+      LogdirError: it cannot be created (a file in its path, no permission)
+        or written to.
+    """
+    try:
+        os.makedirs(logdir, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write_check-", dir=logdir)
+        os.close(fd)
+        os.remove(probe)
+    except OSError as e:
+        raise LogdirError(
+            f"--logdir={logdir}: cannot write there ({e.strerror}); choose a "
+            f"directory this user can create and write, e.g. --logdir=/tmp/agent."
+        ) from None
+
+
+class _Saver(tf.compat.v1.train.Saver):
+    """A Saver whose failed save (a full disk, lost permissions) is a
+    LogdirError naming --logdir and the checkpoint that stays the latest."""
+
+    def save(self, sess, save_path, *args, **kwargs):
+        try:
+            return super().save(sess, save_path, *args, **kwargs)
+        except (tf.errors.OpError, OSError) as e:
+            logdir = os.path.dirname(save_path)
+            latest = tf.train.latest_checkpoint(logdir)
+            kept = (
+                f"the last complete checkpoint, {latest}, is kept"
+                if latest
+                else "no complete checkpoint was written before"
+            )
+            raise LogdirError(
+                f"--logdir={logdir}: writing a checkpoint failed "
+                f"({first_line(e)}); training "
+                f"stopped and {kept}. Free space there (or give the run a copy of "
+                f"the logdir elsewhere) and rerun the same command to resume."
+            ) from None
 
 
 def checkpoint_saver() -> tf.compat.v1.train.Saver:
@@ -42,7 +85,7 @@ def checkpoint_saver() -> tf.compat.v1.train.Saver:
     """
     # Relative paths in the `checkpoint` state file: a --logdir that was
     # moved or copied (another disk, another host) still names its files.
-    return tf.compat.v1.train.Saver(
+    return _Saver(
         sharded=False,
         max_to_keep=CHECKPOINTS_TO_KEEP,
         allow_empty=True,

@@ -100,6 +100,20 @@ class Config:
     agent: AgentConfig
     learner: LearnerConfig
 
+    def summary(self, num_actors: int | None = None) -> str:
+        """The settings that matter, for a run's first log line; `num_actors`
+        when it is not --num_actors (a cluster's actor list)."""
+        environment, learner = self.environment, self.learner
+        levels = len(environment.level_names)
+        actors = self.run.num_actors if num_actors is None else num_actors
+        return (
+            f"{environment.level_name} ({levels} level{'s' if levels > 1 else ''}, "
+            f"{environment.num_actions} actions), {self.agent.torso} agent, "
+            f"{actors} actor{'s' if actors > 1 else ''}, batch {learner.batch_size}, "
+            f"unroll {learner.unroll_length}, "
+            f"{learner.total_environment_frames:,} frames, logdir {self.run.logdir}"
+        )
+
     def describe_model(self) -> str:
         """The flags a checkpoint must have been trained with, for messages."""
         return f"--agent={self.agent.torso}, --level_name={self.environment.level_name}"

@@ -43,7 +43,7 @@ import pipeline
 import py_process
 import sessions
 from config import Config
-from errors import FlagError
+from errors import FlagError, first_line
 from progress import PROGRESS_SECS
 from shutdown import ShutdownRequest
 
@@ -131,26 +131,6 @@ def create_cluster_state(
     )
 
 
-def _first_line(error: Exception) -> str:
-    """'ErrorType: the line of a TensorFlow error message that says what failed'.
-
-    Graph execution errors start with 'Graph execution error:' and a stack;
-    the cause follows 'From /job:...:' (an error on another task) or comes
-    just before the '[[{{node ...}}]]' line.
-    """
-    message = getattr(error, "message", None) or str(error)
-    lines = [line.strip() for line in message.splitlines() if line.strip()]
-    text = lines[0] if lines else ""
-    for i, line in enumerate(lines):
-        if line.startswith("From /job:") and i + 1 < len(lines):
-            text = lines[i + 1]
-            break
-        if line.startswith("[[") and i > 0:
-            text = lines[i - 1]
-            break
-    return f"{type(error).__name__}: {text[:300]}"
-
-
 def _reachable(host_port: str, timeout_secs: float = 1.0) -> bool:
     """Whether a TCP connection to HOST:PORT succeeds (a task is listening)."""
     host, port = cluster.parse_host_port(host_port)
@@ -219,14 +199,9 @@ def run_learner_task(
         environment, config.agent, config.learner.unroll_length
     )
     logging.info(
-        "Learner task at %s: training on %s (%d level(s), %d actions), the %s "
-        "agent, for %d actor task(s).",
+        "Learner task at %s: training %s.",
         cluster_config.address,
-        environment.level_name,
-        len(environment.level_names),
-        environment.num_actions,
-        config.agent.torso,
-        cluster_config.num_actors,
+        config.summary(num_actors=cluster_config.num_actors),
     )
     with tf.Graph().as_default():
         tf.compat.v1.set_random_seed(config.run.seed)
@@ -615,11 +590,11 @@ def _remote_run(session, fetches, what: str, timeout_ms: int = REMOTE_CALL_TIMEO
     except tf.errors.InvalidArgumentError as e:
         # Shapes that do not match the learner's: retrying cannot help.
         raise FlagError(
-            f"{what}: {_first_line(e)}; give every task the learner's "
+            f"{what}: {first_line(e)}; give every task the learner's "
             f"--level_name, --agent, --unroll_length, --width and --height."
         ) from None
     except tf.errors.OpError as e:
-        raise LearnerLostError(f"{what}: {_first_line(e)}") from None
+        raise LearnerLostError(f"{what}: {first_line(e)}") from None
 
 
 def _act(
@@ -677,7 +652,7 @@ def _unroll(
         logging.warning(
             "Actor %d: its environment process died (%s); restarting it.",
             task,
-            _first_line(e),
+            first_line(e),
         )
     process.restart()
     session.run(ops.state_initializer)
@@ -719,7 +694,7 @@ def _send_unroll(
             if _remote_run(session, ops.training_done, "after the queue closed"):
                 _confirm_finished(session, ops)
             raise LearnerLostError(
-                f"the queue closed but training is not done ({_first_line(e)})"
+                f"the queue closed but training is not done ({first_line(e)})"
             ) from None
         except tf.errors.InvalidArgumentError as e:
             # The feed has the placeholders' own dtypes and shapes, so an
@@ -727,12 +702,12 @@ def _send_unroll(
             # components differ (another model); retrying cannot help.
             raise FlagError(
                 f"the learner at {config.learner_host} takes unrolls of "
-                f"another shape ({_first_line(e)}); give every task the same "
+                f"another shape ({first_line(e)}); give every task the same "
                 f"--level_name, --unroll_length, --width, --height and "
                 f"--agent as the learner."
             ) from None
         except tf.errors.OpError as e:
-            raise LearnerLostError(f"sending an unroll: {_first_line(e)}") from None
+            raise LearnerLostError(f"sending an unroll: {first_line(e)}") from None
     return False
 
 

@@ -4,12 +4,19 @@ experiment.py turns each into one line on stderr and an exit code: a
 `FlagError` exits 2 (fix the command line), a `TrainingError` exits 1 (the
 run cannot go on; the message says what was kept). Modules raise them
 without knowing about flags' parsing; the messages name the flag to change.
+`first_line` picks, for such messages, the line of a TensorFlow error that
+says what failed.
 """
 
 
 class FlagError(ValueError):
     """A setting this program cannot run with; the message names the flag,
     the value and the fix."""
+
+
+class LogdirError(FlagError):
+    """--logdir cannot be written: not creatable, not writable, or full when a
+    checkpoint was due. Nothing already written there is touched."""
 
 
 class TrainingError(RuntimeError):
@@ -26,3 +33,23 @@ class NonFiniteUpdateError(TrainingError):
 
 class CheckpointError(TrainingError):
     """--logdir holds checkpoint files, but none of them can be restored."""
+
+
+def first_line(error: Exception) -> str:
+    """'ErrorType: the line of a TensorFlow error message that says what failed'.
+
+    Graph execution errors start with 'Graph execution error:' and a stack;
+    the cause follows 'From /job:...:' (an error on another task) or comes
+    just before the '[[{{node ...}}]]' line.
+    """
+    message = getattr(error, "message", None) or str(error)
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    text = lines[0] if lines else ""
+    for i, line in enumerate(lines):
+        if line.startswith("From /job:") and i + 1 < len(lines):
+            text = lines[i + 1]
+            break
+        if line.startswith("[[") and i > 0:
+            text = lines[i - 1]
+            break
+    return f"{type(error).__name__}: {text[:300]}"

@@ -19,11 +19,13 @@ import json
 import os
 import sys
 
-# Before TensorFlow loads: hide the C++ runtime's INFO and WARNING lines (CPU
-# feature banners, "enqueue cancelled" at every shutdown) so that what this
-# script prints stays readable; errors still show. This script logs the device
-# choice itself. Set TF_CPP_MIN_LOG_LEVEL=0 to see everything.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import tf_logging
+
+# Before anything imports TensorFlow: hide the C++ runtime's INFO and WARNING
+# lines (start-up banners, "enqueue cancelled" at every shutdown) so that what
+# this script prints stays readable; errors still show. This script logs the
+# device choice itself. Set TF_CPP_MIN_LOG_LEVEL=0 to see everything.
+tf_logging.import_tensorflow_quietly()
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -169,6 +171,12 @@ def validate_flags(f) -> None:
     require(f.entropy_cost >= 0.0, "entropy_cost", "must be >= 0.")
     require(f.baseline_cost >= 0.0, "baseline_cost", "must be >= 0.")
     require(f.save_checkpoint_secs > 0, "save_checkpoint_secs", "must be >= 1.")
+    require(
+        not f.dataset_path or os.path.isdir(f.dataset_path),
+        "dataset_path",
+        "no such directory; give the directory of the brady_konkle_oliva2008 "
+        "stimuli (needed by DMLab-30's psychlab levels) or leave it empty.",
+    )
     require(
         f.environment_timeout_secs >= 0,
         "environment_timeout_secs",
@@ -340,14 +348,7 @@ def train(config: Config, shutdown: ShutdownRequest) -> None:
     specs = actors.actor_output_specs(
         environment, config.agent, config.learner.unroll_length
     )
-    logging.info(
-        "Training on %s (%d level(s), %d actions) with %d actors, the %s agent.",
-        environment.level_name,
-        len(environment.level_names),
-        environment.num_actions,
-        run.num_actors,
-        config.agent.torso,
-    )
+    logging.info("Training %s.", config.summary())
     if config.learner.batch_size > run.num_actors:
         logging.info(
             "batch_size %d > num_actors %d: batches include consecutive unrolls "
@@ -421,6 +422,7 @@ def test(config: Config) -> dict:
             f"--mode=train --logdir={run.logdir}, or point --logdir at a run."
         )
     checkpoint = checkpoints.newest_whole_checkpoint(run.logdir, candidates, "testing")
+    checkpoints.ensure_logdir(run.logdir)  # test_results.json goes there.
     level_returns = {name: [] for name in level_names}
     with tf.Graph().as_default():
         agent = actors.create_agent(config.agent)
@@ -472,6 +474,7 @@ def test(config: Config) -> dict:
     with open(path, "w") as f:
         json.dump(results, f, indent=2)
     logging.info("Test results written to %s.", path)
+    print(progress.results_table(results), flush=True)
     return results
 
 
@@ -484,6 +487,9 @@ def run_training(
     shutdown: ShutdownRequest,
 ) -> None:
     """--mode=train: single-machine training, or this task of a cluster."""
+    if cluster_config is None or cluster_config.is_learner:
+        # Only the learner writes to --logdir: fail now, not at the first save.
+        checkpoints.ensure_logdir(config.run.logdir)
     if cluster_config is None:
         train(config, shutdown)
         return
@@ -498,20 +504,6 @@ def run_training(
         else distributed.run_actor_task
     )
     task(config, cluster_config, server, proto, shutdown)
-
-
-def quiet_tensorflow_logging() -> None:
-    """One copy of each log line, and no deprecation notices for v1 APIs.
-
-    TensorFlow's Python logger has its own handler and also propagates to
-    absl's, which prints every line twice; the graph-mode APIs this program
-    uses on purpose (queue runners, v1 optimizers) each print a deprecation
-    notice.
-    """
-    tf.get_logger().handlers.clear()
-    from tensorflow.python.util import deprecation
-
-    deprecation._PRINT_DEPRECATION_WARNINGS = False  # noqa: SLF001
 
 
 def run_mode(f: flags.FlagValues = FLAGS) -> int:
@@ -555,7 +547,7 @@ def parse_flags(argv: list[str]) -> flags.FlagValues:
 
 def main(argv) -> None:
     del argv
-    quiet_tensorflow_logging()
+    tf_logging.quiet_tensorflow_logging()
     code = run_mode(FLAGS)
     if cluster.server_started():
         distributed.exit_cluster_task(code)

@@ -269,10 +269,10 @@ def train_learner(
         list(environment.level_names),
         environment.num_action_repeats,
     )
-    progress_logger = progress.ProgressLogger(summary_writer)
+    total = config.learner.total_environment_frames
+    progress_logger = progress.ProgressLogger(summary_writer, total)
     # The newest checkpoint that restores (older ones if it is damaged).
     checkpoints.resume_checkpoint(run.logdir, config.describe_model())
-    total = config.learner.total_environment_frames
     with sessions.create_training_session(
         hooks,
         run.logdir,

@@ -1,8 +1,9 @@
-"""What a training run tells: a progress line, each episode, summaries.
+"""What a run tells: a progress line, each episode, summaries, test results.
 
-`ProgressLogger` logs a line every PROGRESS_SECS and writes frames/s to
-TensorBoard; `EpisodeLogger` logs and summarises every episode that ends in
-the learner's batches (and a suite's human-normalised training scores).
+`ProgressLogger` logs a line every PROGRESS_SECS (frames against the target,
+frames/s, ETA) and writes frames/s to TensorBoard; `EpisodeLogger` logs and
+summarises every episode that ends in the learner's batches (and a suite's
+human-normalised training scores); `results_table` is test mode's table.
 """
 
 from __future__ import annotations
@@ -21,11 +22,52 @@ PROGRESS_SECS = 10
 RECENT_EPISODES = 100
 
 
-class ProgressLogger:
-    """A progress line every PROGRESS_SECS, and a frames/s summary."""
+def format_duration(seconds: float) -> str:
+    """A duration at a glance: '45 s', '12 min', '3 h 05 min', '2 d 7 h'."""
+    if not np.isfinite(seconds) or seconds < 0:
+        return "?"
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes = seconds // 60
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes:02d} min"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h"
 
-    def __init__(self, summary_writer, interval_secs: float = PROGRESS_SECS):
+
+def progress_line(
+    num_env_frames: int,
+    total_frames: int,
+    fps: float,
+    steps_per_s: float,
+    recent_returns,
+    queue_size: int,
+) -> str:
+    """'frames 7,200 / 1,000,000,000 (0.0 %) | 720 frames/s | ETA 16 d 1 h |
+    ...': where the run is against its target, and how fast it gets there."""
+    done = 100.0 * num_env_frames / max(total_frames, 1)
+    eta = (total_frames - num_env_frames) / fps if fps > 0 else float("inf")
+    mean_return = np.mean(recent_returns) if recent_returns else float("nan")
+    return (
+        f"frames {num_env_frames:,} / {total_frames:,} ({done:.1f} %) | "
+        f"{fps:.0f} frames/s | ETA {format_duration(max(eta, 0.0))} | "
+        f"{steps_per_s:.2f} learner steps/s | mean return (last "
+        f"{len(recent_returns)} episodes) {mean_return:.2f} | queue {queue_size}"
+    )
+
+
+class ProgressLogger:
+    """A progress line every `interval_secs`, and a frames/s summary."""
+
+    def __init__(
+        self, summary_writer, total_frames: int, interval_secs: float = PROGRESS_SECS
+    ):
         self._writer = summary_writer
+        self._total_frames = total_frames
         self._interval = interval_secs
         self._last_time = time.time()
         self._last_frames = None
@@ -38,19 +80,19 @@ class ProgressLogger:
             self._last_frames, self._last_time, self._steps = num_env_frames, now, 0
             return
         elapsed = now - self._last_time
-        if elapsed < self._interval:
+        if elapsed < self._interval or elapsed <= 0:
             return
         fps = (num_env_frames - self._last_frames) / elapsed
-        mean_return = np.mean(recent_returns) if recent_returns else float("nan")
         logging.info(
-            "frames %d | %.0f frames/s | %.2f learner steps/s | mean return "
-            "(last %d episodes) %.2f | queue %d",
-            num_env_frames,
-            fps,
-            self._steps / elapsed,
-            len(recent_returns),
-            mean_return,
-            queue_size,
+            "%s",
+            progress_line(
+                num_env_frames,
+                self._total_frames,
+                fps,
+                self._steps / elapsed,
+                recent_returns,
+                queue_size,
+            ),
         )
         summary = tf.compat.v1.Summary()
         summary.value.add(tag="frames_per_second", simple_value=fps)
@@ -120,3 +162,43 @@ def human_normalized_scores(suite: str, level_returns) -> dict[str, float]:
         }
     median, mean = atari57.compute_human_normalized_scores(level_returns)
     return {"median": median, "mean": mean}
+
+
+def results_table(results: dict) -> str:
+    """Test mode's results (the test_results.json dict) as a text table: a row
+    per level (episodes, mean return, human-normalised score where the level
+    has published human and random scores), then the suite's scores."""
+    rows = [("level", "episodes", "mean return", "human-normalised %")]
+    for level, record in results["levels"].items():
+        score = level_human_normalized_score(level, record["returns"])
+        rows.append(
+            (
+                level,
+                str(len(record["returns"])),
+                f"{record['mean_return']:.2f}",
+                "-" if score is None else f"{score:.1f}",
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = [
+        "  ".join(
+            cell.ljust(width) if i == 0 else cell.rjust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in rows
+    ]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    for name, value in results.get("human_normalized", {}).items():
+        lines.append(f"{results['level_name']} human-normalised {name}: {value:.1f} %")
+    return "\n".join(lines)
+
+
+def level_human_normalized_score(level: str, returns) -> float | None:
+    """One level's human-normalised score, or None when it has no reference
+    scores (a level outside DMLab-30 and Atari-57)."""
+    try:
+        if level.startswith("atari/"):
+            return atari57.human_normalized_score(level, returns)
+        return dmlab30.human_normalized_score(level, returns)
+    except (KeyError, ValueError):
+        return None

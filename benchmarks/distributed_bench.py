@@ -43,7 +43,7 @@ FLAGS = [
 ]
 # absl line: I1130 09:55:54.351949 <thread> experiment.py:NNN] frames 1280 | ...
 PROGRESS = re.compile(
-    r"^I\d{4} (\d\d):(\d\d):(\d\d\.\d+) .*\] frames (\d+) \| ", re.MULTILINE
+    r"^I\d{4} (\d\d):(\d\d):(\d\d\.\d+) .*\] frames ([\d,]+) [|/] ", re.MULTILINE
 )
 START_TIMEOUT_S = 150
 LINE_TIMEOUT_S = 60
@@ -57,7 +57,7 @@ def _progress(log_path: str) -> list[tuple[float, int]]:
     except FileNotFoundError:
         return []
     return [
-        (int(h) * 3600 + int(m) * 60 + float(s), int(frames))
+        (int(h) * 3600 + int(m) * 60 + float(s), int(frames.replace(",", "")))
         for h, m, s, frames in PROGRESS.findall(text)
     ]
 

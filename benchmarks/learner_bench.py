@@ -222,9 +222,9 @@ def main() -> None:
 
     import tensorflow as tf  # noqa: F401  (after TF_CPP_MIN_LOG_LEVEL)
 
-    import experiment
+    import tf_logging
 
-    experiment.quiet_tensorflow_logging()
+    tf_logging.quiet_tensorflow_logging()
     print(common.machine_line(), flush=True)
     started = time.time()
     results = []

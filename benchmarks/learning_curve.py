@@ -68,7 +68,8 @@ def read_events(
 
 _TIME = r"^[IWE](\d{4}) (\d\d:\d\d:\d\d\.\d+)"
 _EPISODE = re.compile(_TIME + r".*Episode on \S+: return (-?[\d.]+)")
-_PROGRESS = re.compile(_TIME + r".*\] frames (\d+) \|")
+# "frames 1280 | ..." (older logs) or "frames 1,280 / 10,000,000 (0.0 %) | ...".
+_PROGRESS = re.compile(_TIME + r".*\] frames ([\d,]+) [|/]")
 
 
 def read_log(path: str, year: int) -> tuple[list[Episode], float | None]:
@@ -87,7 +88,9 @@ def read_log(path: str, year: int) -> tuple[list[Episode], float | None]:
                 raw.append((when(m.group(1), m.group(2)), float(m.group(3))))
             m = _PROGRESS.match(line)
             if m:
-                progress.append((when(m.group(1), m.group(2)), int(m.group(3))))
+                progress.append(
+                    (when(m.group(1), m.group(2)), int(m.group(3).replace(",", "")))
+                )
             if start is None:
                 m = re.match(_TIME, line)
                 if m:

@@ -30,7 +30,8 @@ Parts (each one invocation; `--part=all` runs them in turn):
   ab       shallow agent, 8 actors, batch 8, unroll 20, batching on and off:
            for before/after comparisons
   With `--baseline_code=git:REV` (any part) each configuration also runs on
-  the code at REV, first (before/after a fix, interleaved).
+  the code at REV, first (before/after a fix, interleaved); with --alternate
+  every other round runs the current code first.
 
 Each configuration's child is a fresh process, so start-up (TensorFlow
 import, graph build, children start) costs ~15-25 s per run on an idle
@@ -287,7 +288,10 @@ def run_part(part: str, args) -> dict:
     repeats = args.repeats or (2 if part in ("profile", "ab") else 1)
     for repeat in range(repeats):
         for config in configs:
-            for label, directory, has_flag in variants:
+            # --alternate: the code that runs second in a round runs first in
+            # the next, so a position effect cancels out over the rounds.
+            order = variants[::-1] if args.alternate and repeat % 2 else variants
+            for label, directory, has_flag in order:
                 common.use_code_dir(directory)
                 on_start = None
                 spy_path = None
@@ -564,6 +568,11 @@ def main() -> None:
         "--code",
         default="",
         help="directory of the code to measure (default: a snapshot of the working tree)",
+    )
+    parser.add_argument(
+        "--alternate",
+        action="store_true",
+        help="with --baseline_code: odd rounds run the current code first",
     )
     parser.add_argument(
         "--py_spy", action="store_true", help="profile part: py-spy record the window"

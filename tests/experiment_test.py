@@ -31,6 +31,7 @@ from run_helpers import (
 
 import actors
 import agent as agent_lib
+import atari57
 import experiment
 import learner as learner_lib
 import pipeline
@@ -221,6 +222,24 @@ def test_test_mode_plays_an_episode_and_writes_json(trained, tmp_path):
     # A Pong game ends when one side reaches 21 points.
     assert -21 <= pong["mean_return"] <= 21
     assert "mean return" in result.stderr
+    # The table on stdout: a header, a rule, and Pong's row with its
+    # human-normalised score (Pong is one of the Atari-57 games).
+    header, rule, row = result.stdout.strip().splitlines()[-3:]
+    assert header.split() == [
+        "level",
+        "episodes",
+        "mean",
+        "return",
+        "human-normalised",
+        "%",
+    ]
+    assert set(rule) <= {"-", " "}
+    level, episodes, mean_return, score = row.split()
+    assert (level, episodes) == ("atari/pong", "1")
+    assert float(mean_return) == pytest.approx(pong["mean_return"], abs=0.01)
+    assert float(score) == pytest.approx(
+        atari57.human_normalized_score("pong", pong["returns"]), abs=0.1
+    )
 
 
 def run_command_line(*args: str) -> int:
@@ -247,6 +266,15 @@ BAD_FLAG_PROCESSES = {
         "--level_name='atari/not_a_game'",
     ),
     "zero_batch": (["--level_name=atari/pong", "--batch_size=0"], "--batch_size=0"),
+    # Once a FailedPreconditionError traceback from TensorFlow.
+    "logdir_below_a_file": (
+        ["--level_name=atari/pong", "--logdir=/etc/passwd/x"],
+        "--logdir=/etc/passwd/x: cannot write there",
+    ),
+    "missing_dataset": (
+        ["--level_name=atari/pong", "--dataset_path=/nonexistent/dmlab_data"],
+        "--dataset_path=/nonexistent/dmlab_data: no such directory",
+    ),
 }
 
 

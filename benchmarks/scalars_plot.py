@@ -1,0 +1,81 @@
+"""The TensorBoard scalars of one run, drawn as a PNG (for the README).
+
+Reads every `events.out.tfevents.*` file under --logdir (what experiment.py's
+learner writes; TensorBoard shows the same) and plots the chosen tags
+against the environment frame count (the summaries' step), one panel each.
+
+    python3 benchmarks/scalars_plot.py --logdir /tmp/pong_demo \\
+        --out benchmarks/plots/tensorboard_scalars.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+
+DEFAULT_TAGS = (
+    "atari/pong/episode_return",
+    "total_loss",
+    "policy_entropy",
+    "frames_per_second",
+)
+
+
+def read_scalars(logdir: str, tags) -> dict[str, list[tuple[int, float]]]:
+    """tag -> [(step, value)] sorted by step, from every events file."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+
+    values: dict[str, list[tuple[int, float]]] = {tag: [] for tag in tags}
+    pattern = os.path.join(logdir, "**", "events.out.tfevents.*")
+    for path in sorted(glob.glob(pattern, recursive=True)):
+        try:
+            for event in tf.compat.v1.train.summary_iterator(path):
+                for value in event.summary.value:
+                    if value.tag in values:
+                        values[value.tag].append((int(event.step), value.simple_value))
+        except tf.errors.DataLossError:
+            pass  # The last record of a run in progress.
+    return {tag: sorted(points) for tag, points in values.items()}
+
+
+def plot(scalars: dict, out: str, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(scalars), figsize=(3.2 * len(scalars), 2.8))
+    for axis, (tag, points) in zip(axes, scalars.items(), strict=True):
+        if points:
+            steps, values = zip(*points, strict=True)
+            axis.plot([s / 1e6 for s in steps], values, ".-", markersize=3)
+        axis.set_title(tag, fontsize=9)
+        axis.set_xlabel("environment frames (millions)", fontsize=8)
+        axis.tick_params(labelsize=7)
+        axis.grid(alpha=0.3)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    fig.savefig(out, dpi=100)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--logdir", required=True)
+    parser.add_argument("--out", default="benchmarks/plots/tensorboard_scalars.png")
+    parser.add_argument("--tags", default=",".join(DEFAULT_TAGS))
+    parser.add_argument("--title", default="")
+    args = parser.parse_args()
+    scalars = read_scalars(args.logdir, [t for t in args.tags.split(",") if t])
+    for tag, points in scalars.items():
+        print(f"{tag}: {len(points)} points")
+    plot(scalars, args.out, args.title or args.logdir)
+    print(f"Plot: {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,379 @@
+"""What a new user meets: the progress line, test mode's table, TensorBoard,
+and bad input that ends in one line.
+
+- The progress line's format (frames against the target, frames/s, ETA),
+  from progress.py directly.
+- Bad --logdir and --dataset_path values: exit code 2 and one line naming
+  the flag and the value (in-process through experiment.run_mode; the
+  subprocess versions, which also show that no traceback is printed, are in
+  experiment_test.py's bad-flag runs).
+- A --logdir whose disk fills up between checkpoints: a real run on a small
+  tmpfs of its own (root only, as in CI), filled while it trains.
+- The real TensorBoard, on a loopback port, over a real run's events.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+
+import pytest
+import tensorflow as tf
+from run_helpers import FRAMES_PER_UPDATE, REPO_ROOT, SMALL, command
+
+import checkpoints
+import cluster
+import experiment
+import progress
+import tf_logging
+
+# -- the progress line ------------------------------------------------------------
+
+
+def test_progress_line_says_where_the_run_is_against_its_target():
+    line = progress.progress_line(7200, 10**9, 720.0, 4.5, [-21.0, -19.0], 1)
+    assert line.startswith("frames 7,200 / 1,000,000,000 (0.0 %) | 720 frames/s | ")
+    # (1e9 - 7200) / 720 s is 16 days and 2 hours.
+    assert "| ETA 16 d 1 h |" in line
+    assert "4.50 learner steps/s" in line
+    assert "mean return (last 2 episodes) -20.00 | queue 1" in line
+    half = progress.progress_line(500_000, 1_000_000, 1000.0, 1.0, [], 0)
+    assert "(50.0 %)" in half and "ETA 8 min" in half
+    assert "mean return (last 0 episodes) nan" in half
+    # A stalled run has no finite ETA.
+    assert "ETA ? |" in progress.progress_line(10, 100, 0.0, 0.0, [], 0)
+
+
+@pytest.mark.parametrize(
+    "seconds, expected",
+    [(0, "0 s"), (59.4, "59 s"), (60, "1 min"), (3599, "59 min"), (3660, "1 h 01 min")]
+    + [(47 * 3600, "47 h 00 min"), (50 * 3600, "2 d 2 h")],
+)
+def test_format_duration(seconds, expected):
+    assert progress.format_duration(seconds) == expected
+
+
+class _RecordingWriter:
+    def __init__(self):
+        self.values = []
+
+    def add_summary(self, summary, step):
+        self.values += [(v.tag, step, v.simple_value) for v in summary.value]
+
+
+def test_progress_logger_logs_the_line_and_writes_frames_per_second(caplog):
+    caplog.set_level(logging.INFO, logger="absl")  # whatever earlier tests set
+    writer = _RecordingWriter()
+    logger = progress.ProgressLogger(writer, total_frames=10_000, interval_secs=0.05)
+    logger.step(1000, [], 0)  # Counts from here.
+    time.sleep(0.1)
+    logger.step(2000, [1.0], 1)
+    lines = [r.getMessage() for r in caplog.records if "frames 2,000" in r.getMessage()]
+    assert len(lines) == 1, [r.getMessage() for r in caplog.records]
+    assert re.match(
+        r"frames 2,000 / 10,000 \(20\.0 %\) \| \d+ frames/s \| ETA \S+", lines[0]
+    )
+    ((tag, step, fps),) = writer.values
+    assert tag == "frames_per_second" and step == 2000 and 0 < fps <= 1000 / 0.1
+
+
+# -- a quiet start ---------------------------------------------------------------------
+
+BANNERS = ("absl::InitializeLog", "oneDNN custom operations")
+
+
+def test_visible_lines_keep_errors_and_drop_lower_levels_with_their_continuations():
+    text = (
+        "WARNING: All log messages before absl::InitializeLog() is called are "
+        "written to STDERR\n"
+        "I0000 00:00:17.1 15293 port.cc:153] oneDNN custom operations are on.\n"
+        "I0000 00:00:17.2 15293 cpu_feature_guard.cc:227] This binary uses\n"
+        "To enable the following instructions: AVX2, rebuild TensorFlow.\n"
+        "E0000 00:00:17.3 15293 some.cc:1] a real error\n"
+        "a line of another program\n"
+    )
+    level_2 = tf_logging.visible_lines(text, 2)
+    assert level_2 == [
+        "E0000 00:00:17.3 15293 some.cc:1] a real error\n",
+        "a line of another program\n",
+    ]
+    assert tf_logging.visible_lines(text, 0) == text.splitlines(keepends=True)
+    assert len(tf_logging.visible_lines(text, 1)) == 3  # the notice is a warning
+
+
+def start_up_stderr(tmp_path, **env) -> str:
+    """experiment.py's stderr up to its first error (no checkpoint to test)."""
+    # As a user starts it: without the test set-up's TensorFlow variables.
+    unset = ("TF_CPP_MIN_LOG_LEVEL", "TF_ENABLE_ONEDNN_OPTS")
+    environ = {k: v for k, v in os.environ.items() if k not in unset}
+    result = subprocess.run(
+        command("--mode=test", "--level_name=atari/pong", f"--logdir={tmp_path}"),
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**environ, **env},
+    )
+    assert result.returncode == 2, result.stderr[-3000:]
+    return result.stderr
+
+
+def test_start_up_prints_no_tensorflow_banners(tmp_path):
+    stderr = start_up_stderr(tmp_path)
+    assert not [line for line in stderr.splitlines() if any(b in line for b in BANNERS)]
+    assert stderr.splitlines()[0].startswith("experiment.py: error: --logdir=")
+
+
+def test_the_banners_come_back_with_tf_cpp_min_log_level_0(tmp_path):
+    stderr = start_up_stderr(tmp_path, TF_CPP_MIN_LOG_LEVEL="0")
+    for banner in BANNERS:
+        assert banner in stderr
+
+
+# -- bad input: one line, exit code 2 ------------------------------------------------
+
+
+def run_command_line(*args: str) -> int:
+    return experiment.run_mode(experiment.parse_flags(["experiment.py", *args]))
+
+
+def one_error_line(stderr: str) -> str:
+    ours = [line for line in stderr.splitlines() if line.startswith("experiment.py:")]
+    assert len(ours) == 1, stderr
+    assert "Traceback" not in stderr
+    return ours[0]
+
+
+def test_a_logdir_that_cannot_be_created_is_one_line(capsys):
+    # /etc/passwd is a file: nothing can be created below it.
+    code = run_command_line("--level_name=atari/pong", "--logdir=/etc/passwd/x")
+    assert code == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert "--logdir=/etc/passwd/x: cannot write there (Not a directory)" in line
+
+
+def test_a_logdir_that_cannot_be_written_is_one_line(tmp_path, capsys):
+    if os.geteuid() == 0:
+        pytest.skip("root writes to any directory; the path case above covers root")
+    logdir = tmp_path / "read_only"
+    logdir.mkdir()
+    logdir.chmod(0o500)
+    code = run_command_line("--level_name=atari/pong", f"--logdir={logdir}")
+    assert code == 2
+    assert f"--logdir={logdir}: cannot write there" in one_error_line(
+        capsys.readouterr().err
+    )
+
+
+def test_a_missing_dataset_path_is_one_line(tmp_path, capsys):
+    missing = tmp_path / "no_such_dataset"
+    code = run_command_line(
+        "--level_name=atari/pong", f"--logdir={tmp_path}", f"--dataset_path={missing}"
+    )
+    assert code == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert f"--dataset_path={missing}: no such directory" in line
+    assert os.listdir(tmp_path) == []  # Stopped before writing anything.
+
+
+# -- a full disk at checkpoint time --------------------------------------------------
+
+
+@contextlib.contextmanager
+def small_tmpfs(path, size_mb: int):
+    """A tmpfs of `size_mb` MiB mounted at `path` (root only); unmounted after."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("needs root and mount(8) to make a small file system (CI has both)")
+    os.makedirs(path)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(path)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def fill(directory) -> None:
+    """Writes one file into `directory` until its file system is full."""
+    block = b"\0" * (1 << 20)
+    with (
+        contextlib.suppress(OSError),
+        open(os.path.join(directory, "ballast"), "wb") as f,
+    ):
+        while True:
+            f.write(block)
+            f.flush()
+
+
+@pytest.mark.slow
+def test_a_full_disk_at_checkpoint_time_stops_with_one_line_and_keeps_the_checkpoint(
+    tmp_path,
+):
+    with small_tmpfs(tmp_path / "disk", size_mb=160) as logdir:
+        log_path = tmp_path / "run.log"
+        with open(log_path, "w") as log:
+            process = subprocess.Popen(
+                command(
+                    *SMALL,
+                    f"--logdir={logdir}",
+                    "--total_environment_frames=100000000",
+                    "--save_checkpoint_secs=2",
+                ),
+                cwd=REPO_ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+            # Once a checkpoint past step 0 is complete, the disk fills up.
+            deadline = time.time() + 120
+            while time.time() < deadline and process.poll() is None:
+                text = log_path.read_text()
+                if re.search(r"after saving checkpoint [1-9]\d*\.\.\.", text):
+                    break
+                time.sleep(0.2)
+            else:
+                pytest.fail(
+                    f"no checkpoint past step 0:\n{log_path.read_text()[-3000:]}"
+                )
+            kept = tf.train.latest_checkpoint(str(logdir))
+            fill(logdir)
+            returncode = process.wait(timeout=120)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        output = log_path.read_text()
+        assert returncode == 2, output[-3000:]
+        line = one_error_line(output)
+        assert f"--logdir={logdir}: writing a checkpoint failed" in line
+        assert "No space left on device" in line
+        # The checkpoint the state file named is still named and reads back whole.
+        assert tf.train.latest_checkpoint(str(logdir)) == kept
+        assert checkpoints.checkpoint_problem(kept) is None
+        assert f"the last complete checkpoint, {kept}, is kept" in line
+
+
+# -- TensorBoard over a real run ---------------------------------------------------
+
+TENSORBOARD_RUN_FRAMES = 30_000  # past 10 s of training, and a few Pong games
+
+
+@pytest.fixture(scope="module")
+def trained_logdir(tmp_path_factory):
+    logdir = str(tmp_path_factory.mktemp("tensorboard_run"))
+    result = subprocess.run(
+        command(
+            *SMALL,
+            f"--logdir={logdir}",
+            f"--total_environment_frames={TENSORBOARD_RUN_FRAMES}",
+        ),
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return logdir
+
+
+def get_json(url: str):
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.load(response)
+
+
+@pytest.mark.slow
+def test_tensorboard_serves_the_runs_scalars(trained_logdir):
+    port = cluster.pick_free_ports(1)[0]
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tensorboard.main",
+            f"--logdir={trained_logdir}",
+            "--host=127.0.0.1",
+            f"--port={port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    base = f"http://127.0.0.1:{port}/data/plugin/scalars"
+    wanted = {
+        "atari/pong/episode_return",
+        "total_loss",
+        "loss/policy_gradient",
+        "loss/baseline",
+        "loss/entropy",
+        "frames_per_second",
+    }
+    try:
+        deadline, tags = time.time() + 90, {}
+        while time.time() < deadline:
+            assert server.poll() is None, server.stderr.read()[-3000:]
+            try:
+                tags = get_json(f"{base}/tags").get(".", {})
+            except OSError:
+                tags = {}
+            if wanted <= set(tags):
+                break
+            time.sleep(0.5)
+        assert wanted <= set(tags), sorted(tags)
+        for tag in sorted(wanted):
+            query = urllib.parse.urlencode({"run": ".", "tag": tag})
+            points = get_json(f"{base}/scalars?{query}")
+            assert points, tag
+            for _, step, value in points:
+                # Every summary's step is the frame count after an update.
+                assert step % FRAMES_PER_UPDATE == 0, (tag, step)
+                assert 0 <= step <= TENSORBOARD_RUN_FRAMES + FRAMES_PER_UPDATE
+                assert value == value, (tag, step)  # not NaN
+        returns = get_json(
+            f"{base}/scalars?"
+            + urllib.parse.urlencode({"run": ".", "tag": "atari/pong/episode_return"})
+        )
+        assert all(-21 <= value <= 21 for _, _, value in returns)
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+    # Nothing of the server's group runs on: TensorBoard and its data server
+    # (an exited child may stay a zombie until PID 1 reaps it).
+    deadline = time.time() + 15
+    while live_group_members(server.pid) and time.time() < deadline:
+        time.sleep(0.2)
+    assert live_group_members(server.pid) == []
+
+
+def live_group_members(pgid: int) -> list[str]:
+    """'pid command' of every process in group `pgid` that is not a zombie."""
+    found = []
+    for stat_path in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(stat_path) as f:
+                name, rest = f.read().rsplit(")", 1)
+        except OSError:
+            continue  # It ended meanwhile.
+        fields = rest.split()
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            found.append(f"{stat_path.split('/')[2]} {name.split('(', 1)[1]}")
+    return found
