@@ -653,14 +653,27 @@ def port_in_use(port: int) -> OSError | None:
     return None
 
 
+# gRPC keepalive on the connections between tasks. A peer whose host drops
+# off the network (a pulled cable, a dead switch port) neither closes nor
+# resets its connections; without pings, a call to it waits until the network
+# comes back, whatever its RunOptions timeout. With them the call fails about
+# KEEPALIVE_TIME + KEEPALIVE_TIMEOUT after the peer went silent. Pings go only
+# while a call is in flight (gRPC's default), and no more often than every 5 s,
+# so a busy learner's server never sees them as abuse. TensorFlow reads these
+# options from TF_GRPC_DEFAULT_OPTIONS when it makes its first channel.
+GRPC_KEEPALIVE_OPTIONS = "grpc.keepalive_time_ms=5000,grpc.keepalive_timeout_ms=5000"
+
+
 def start_server(config: ClusterConfig, session_config=None):
     """Starts this task's tf.distribute.Server (listening on all interfaces).
 
-    Raises PortInUseError, naming the port and the setting it came from, when
-    another process holds the port.
+    Also turns on gRPC keepalive (GRPC_KEEPALIVE_OPTIONS) unless
+    TF_GRPC_DEFAULT_OPTIONS is set already. Raises PortInUseError, naming the
+    port and the setting it came from, when another process holds the port.
     """
     import tensorflow as tf
 
+    os.environ.setdefault("TF_GRPC_DEFAULT_OPTIONS", GRPC_KEEPALIVE_OPTIONS)
     _, port = parse_host_port(config.address)
     setting = _describe(
         config.source,

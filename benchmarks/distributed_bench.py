@@ -1,6 +1,7 @@
 """Frames/s: a learner with N actor tasks (launch.py) vs single-machine training.
 
     python3 benchmarks/distributed_bench.py [--actors=2,4] [--window_lines=1]
+    python3 benchmarks/distributed_bench.py --kinds=single,netns --actors=1,2,4
 
 For each N, runs in turn, with the same flags (atari/pong, the shallow agent,
 batch 2, unroll 20):
@@ -9,7 +10,13 @@ batch 2, unroll 20):
   batching as by default);
 - distributed: `launch.py --num_actors=N`, a learner task and N actor tasks
   on loopback (free ports), each actor with its own local copy of the
-  weights, refreshed at every unroll.
+  weights, refreshed at every unroll;
+- netns: the same learner and N actor tasks, each on its own host of a
+  virtual network (tests/virtual_network.py: a network namespace per task,
+  joined by a bridge; root only). Also reports the bytes on the wire per
+  unroll, from the actor hosts' interface counters over the window: what an
+  actor receives (the weight copy at each unroll, plus protocol) and what
+  it sends (the unroll, plus protocol).
 
 Each run trains until the learner has logged `--window_lines` + 1 progress
 lines (one every 10 s, the first 10 s after the first learner step, so the
@@ -34,6 +41,7 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "tests"))
 FLAGS = [
     "--level_name=atari/pong",
     "--agent=shallow",
@@ -79,6 +87,77 @@ def _stop(process: subprocess.Popen, kind: str) -> None:
             return
         except subprocess.TimeoutExpired:
             continue
+
+
+FRAMES_PER_UNROLL = 20 * 4  # --unroll_length x the default action repeats
+
+
+def measure_netns(num_actors: int, window_lines: int) -> dict:
+    """A learner and `num_actors` actor tasks, each on its own namespace
+    host: frames/s over the window and bytes per unroll on the wire."""
+    import virtual_network
+
+    workdir = tempfile.mkdtemp(prefix="distributed_bench_netns_")
+    logdir = os.path.join(workdir, "logdir")
+    with virtual_network.VirtualNetwork(num_actors + 1) as network:
+        learner_host = f"{network.addresses[0]}:8000"
+        actor_hosts = ",".join(f"{a}:8001" for a in network.addresses[1:])
+        common = [
+            *FLAGS,
+            f"--logdir={logdir}",
+            f"--num_actors={num_actors}",
+            f"--learner_host={learner_host}",
+            f"--actor_hosts={actor_hosts}",
+        ]
+        log_path = os.path.join(workdir, "learner.log")
+        for host in range(num_actors + 1):
+            job = "learner" if host == 0 else "actor"
+            task = 0 if host == 0 else host - 1
+            path = log_path if host == 0 else os.path.join(workdir, f"actor{task}.log")
+            with open(path, "wb") as output:
+                network.popen(
+                    host,
+                    [
+                        sys.executable,
+                        os.path.join(REPO, "experiment.py"),
+                        *common,
+                        f"--job_name={job}",
+                        f"--task={task}",
+                    ],
+                    cwd=REPO,
+                    stdin=subprocess.DEVNULL,
+                    stdout=output,
+                    stderr=subprocess.STDOUT,
+                    env=dict(os.environ, PYTHONUNBUFFERED="1"),
+                )
+        needed = window_lines + 1
+        deadline = time.monotonic() + START_TIMEOUT_S + needed * LINE_TIMEOUT_S
+        # The counters at each new progress line (polled every 50 ms, so
+        # they lag the line's timestamp by at most that and the log's flush).
+        counters: dict[int, list] = {}
+        while True:
+            lines = _progress(log_path)
+            if len(lines) > len(counters):
+                counters[len(lines) - 1] = [
+                    network.counters(h) for h in range(1, num_actors + 1)
+                ]
+            if len(lines) >= needed:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"netns run: too few progress lines; see {log_path}")
+            time.sleep(0.05)
+    first, last = min(counters), max(counters)
+    (t0, f0), (t1, f1) = lines[first], lines[last]
+    start, end = counters[first], counters[last]
+    unrolls = (f1 - f0) / FRAMES_PER_UNROLL
+    received = sum(e[0] - s[0] for s, e in zip(start, end, strict=True))
+    sent = sum(e[1] - s[1] for s, e in zip(start, end, strict=True))
+    shutil.rmtree(workdir, ignore_errors=True)
+    return {
+        "frames_per_s": (f1 - f0) / ((t1 - t0) % 86400),
+        "actor_rx_bytes_per_unroll": received / unrolls,
+        "actor_tx_bytes_per_unroll": sent / unrolls,
+    }
 
 
 def measure(kind: str, num_actors: int, window_lines: int) -> float:
@@ -144,25 +223,47 @@ def main() -> None:
     parser.add_argument(
         "--window_lines", type=int, default=1, help="progress intervals measured"
     )
+    parser.add_argument(
+        "--kinds",
+        default="single,distributed",
+        help="which of single, distributed (loopback), netns (namespace hosts)",
+    )
     args = parser.parse_args()
     counts = [int(n) for n in args.actors.split(",")]
+    kinds = args.kinds.split(",")
     print(f"date: {datetime.date.today()}  nproc: {os.cpu_count()}")
-    rows = []
+    rows = {}
     for n in counts:
-        for kind in ("single", "distributed"):
+        for kind in kinds:
             load_before = os.getloadavg()[0]
-            fps = measure(kind, n, args.window_lines)
-            rows.append((n, kind, fps, load_before))
-            print(f"N={n} {kind}: {fps:.0f} frames/s (load average {load_before:.1f})")
+            if kind == "netns":
+                record = measure_netns(n, args.window_lines)
+            else:
+                record = {"frames_per_s": measure(kind, n, args.window_lines)}
+            record["load_before"] = load_before
+            rows[n, kind] = record
+            print(f"N={n} {kind}: {record} (load average {load_before:.1f})")
     print()
     print(
-        "| actors N | single machine (frames/s) | learner + N actor tasks (frames/s) | ratio |"
+        "| actors N | "
+        + " | ".join(f"{kind} (frames/s)" for kind in kinds)
+        + (
+            " | actor receives per unroll | actor sends per unroll"
+            if "netns" in kinds
+            else ""
+        )
+        + " |"
     )
-    print("| --- | --- | --- | --- |")
+    print("|" + " --- |" * (1 + len(kinds) + 2 * ("netns" in kinds)))
     for n in counts:
-        single = next(r[2] for r in rows if r[0] == n and r[1] == "single")
-        dist = next(r[2] for r in rows if r[0] == n and r[1] == "distributed")
-        print(f"| {n} | {single:.0f} | {dist:.0f} | {dist / single:.2f} |")
+        cells = [f"{rows[n, kind]['frames_per_s']:.0f}" for kind in kinds]
+        if "netns" in kinds:
+            record = rows[n, "netns"]
+            cells += [
+                f"{record['actor_rx_bytes_per_unroll'] / 1e6:.2f} MB",
+                f"{record['actor_tx_bytes_per_unroll'] / 1e6:.3f} MB",
+            ]
+        print(f"| {n} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

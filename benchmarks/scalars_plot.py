@@ -50,7 +50,9 @@ def plot(scalars: dict, out: str, title: str) -> None:
     for axis, (tag, points) in zip(axes, scalars.items(), strict=True):
         if points:
             steps, values = zip(*points, strict=True)
-            axis.plot([s / 1e6 for s in steps], values, ".-", markersize=3)
+            # Episodes as dots (one per episode); the rest as lines.
+            style = "." if tag.endswith("episode_return") else ".-"
+            axis.plot([s / 1e6 for s in steps], values, style, markersize=3)
         axis.set_title(tag, fontsize=9)
         axis.set_xlabel("environment frames (millions)", fontsize=8)
         axis.tick_params(labelsize=7)

@@ -1,0 +1,313 @@
+"""A learner and actors on separate network stacks (Linux network namespaces).
+
+Each task runs on its own "host" of a tests/virtual_network.py network: its
+own namespace and address, joined to the others by a bridge. So the
+addresses are real and different, and a host can drop off the network
+(`ip link set eth0 down` in its namespace) the way a pulled cable or a
+failed switch port takes it away: its connections neither close nor reset,
+they just stop answering. Loopback cannot show that.
+
+Every wait is bounded; the measured detection and recovery times are
+printed (run with -s to see them) and checked against what README.md says.
+Needs root and `ip` (CI has both); elsewhere the tests skip and say why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import virtual_network
+from run_helpers import REPO_ROOT, SCRIPT
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        virtual_network.available() is not None,
+        reason=f"virtual network: {virtual_network.available()}",
+    ),
+]
+
+SMALL = [
+    "--level_name=atari/pong",
+    "--agent=shallow",
+    "--batch_size=2",
+    "--unroll_length=20",
+]
+LEARNER_PORT, ACTOR_PORT = 8000, 8001
+START_TIMEOUT_S = 120
+# README.md, "Several hosts": an actor notices a learner whose host vanished
+# within about 15 s (an enqueue waits 5 s, the check that follows 10 s).
+LEARNER_VANISHED_NOTICE_S = 15
+NOTICE_SLACK_S = 2  # log polling, and scheduling on 2 busy cores
+
+
+class Cluster:
+    """A learner on host 0 and actors on hosts 1..N, each with a log file."""
+
+    def __init__(self, network, directory: str, num_actors: int, tf_config=False):
+        self.network = network
+        self.directory = directory
+        self.num_actors = num_actors
+        self.tf_config = tf_config
+        self.learner_host = f"{network.addresses[0]}:{LEARNER_PORT}"
+        self.actor_hosts = [
+            f"{network.addresses[i + 1]}:{ACTOR_PORT}" for i in range(num_actors)
+        ]
+        self.logdir = os.path.join(directory, "logdir")
+        self.processes: dict[str, subprocess.Popen] = {}
+
+    def _argv(self, job: str, task: int, extra: list[str]) -> tuple[list[str], dict]:
+        argv = [sys.executable, SCRIPT, *SMALL, f"--logdir={self.logdir}", *extra]
+        env = dict(os.environ)
+        if self.tf_config:
+            env["TF_CONFIG"] = json.dumps(
+                {
+                    "cluster": {
+                        "learner": [self.learner_host],
+                        "actor": self.actor_hosts,
+                    },
+                    "task": {"type": job, "index": task},
+                }
+            )
+            argv += [f"--job_name={job}", f"--task={task}"]
+        else:
+            env.pop("TF_CONFIG", None)
+            argv += [
+                f"--job_name={job}",
+                f"--task={task}",
+                f"--num_actors={self.num_actors}",
+                f"--learner_host={self.learner_host}",
+                f"--actor_hosts={','.join(self.actor_hosts)}",
+            ]
+        return argv, env
+
+    def start(self, name: str, job: str, task: int, *extra: str) -> subprocess.Popen:
+        host = 0 if job == "learner" else task + 1
+        argv, env = self._argv(job, task, list(extra))
+        log = open(self.log_path(name), "a")  # noqa: SIM115 - the child holds it
+        process = self.network.popen(
+            host, argv, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, env=env
+        )
+        log.close()
+        self.processes[name] = process
+        return process
+
+    def log_path(self, name: str) -> str:
+        return os.path.join(self.directory, f"{name}.log")
+
+    def read(self, name: str) -> str:
+        with open(self.log_path(name), errors="replace") as f:
+            return f.read()
+
+    def tail(self, name: str, lines: int = 40) -> str:
+        return "\n".join(self.read(name).splitlines()[-lines:])
+
+    def wait_for(self, name: str, pattern: str, timeout: float, count: int = 1):
+        """Waits until `name`'s log has `count` matches of `pattern`; returns
+        the time (time.monotonic) they were seen and the last match."""
+        regex = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        process = self.processes[name]
+        while True:
+            matches = list(regex.finditer(self.read(name)))
+            if len(matches) >= count:
+                return time.monotonic(), matches[-1]
+            if process.poll() is not None:
+                pytest.fail(
+                    f"{name} exited ({process.returncode}) before {pattern!r} "
+                    f"x{count}:\n{self.tail(name)}"
+                )
+            if time.monotonic() > deadline:
+                pytest.fail(
+                    f"{name}: no {pattern!r} x{count} in {timeout} s:\n{self.tail(name)}"
+                )
+            time.sleep(0.2)
+
+    def frames(self, name: str = "learner") -> int:
+        """The newest frame count the learner logged as saved."""
+        found = re.findall(r"Saving checkpoints for (\d+) ", self.read(name))
+        return int(found[-1]) if found else 0
+
+    def wait_for_frames_past(
+        self, frames: int, timeout: float, name: str = "learner"
+    ) -> float:
+        """Waits until learner `name` saved a checkpoint past `frames`."""
+        deadline = time.monotonic() + timeout
+        while self.frames(name) <= frames:
+            if self.processes[name].poll() is not None or time.monotonic() > deadline:
+                pytest.fail(
+                    f"{name} did not train past {frames} frames:\n{self.tail(name)}"
+                )
+            time.sleep(0.2)
+        return time.monotonic()
+
+    def exit_code(self, name: str, timeout: float) -> int:
+        try:
+            return self.processes[name].wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{name} still running after {timeout} s:\n{self.tail(name)}")
+
+
+@pytest.fixture
+def network():
+    with virtual_network.VirtualNetwork(4) as net:
+        yield net
+    # Nothing is left: no namespace, veth or bridge of ours.
+    assert virtual_network.ours(virtual_network.namespaces()) == []
+    assert virtual_network.ours(virtual_network.links()) == []
+
+
+def report(what: str, seconds: float) -> None:
+    print(f"[netns] {what}: {seconds:.1f} s", flush=True)
+
+
+# -- training to the target across hosts -------------------------------------------
+
+
+@pytest.mark.parametrize("tf_config", [False, True], ids=["address_flags", "TF_CONFIG"])
+def test_a_learner_and_two_actor_hosts_train_to_the_target(
+    network, tmp_path, tf_config
+):
+    cluster = Cluster(network, str(tmp_path), num_actors=2, tf_config=tf_config)
+    target = "--total_environment_frames=2000"
+    cluster.start("learner", "learner", 0, target)
+    for task in range(2):
+        cluster.start(f"actor{task}", "actor", task, target)
+    for name in ("learner", "actor0", "actor1"):
+        code = cluster.exit_code(name, timeout=START_TIMEOUT_S + 60)
+        assert code == 0, f"{name} exited {code}:\n{cluster.tail(name)}"
+    learner = cluster.read("learner")
+    assert "Training done" in learner
+    assert "2 of 2 actor task(s) confirmed the end of training" in learner
+    # The tasks really were on their own addresses.
+    assert f"Learner task at {cluster.learner_host}" in learner
+    for task in range(2):
+        actor = cluster.read(f"actor{task}")
+        assert f"Actor task {task} at {cluster.actor_hosts[task]}" in actor
+        assert "learner finished training" in actor
+
+
+# -- an actor's host drops off, and comes back ---------------------------------------
+
+
+def test_an_actor_host_that_drops_off_rejoins_without_a_restart(network, tmp_path):
+    cluster = Cluster(network, str(tmp_path), num_actors=2)
+    far = ["--total_environment_frames=100000000", "--save_checkpoint_secs=2"]
+    cluster.start("learner", "learner", 0, *far)
+    for task in range(2):
+        cluster.start(f"actor{task}", "actor", task, *far)
+    for task in range(2):
+        cluster.wait_for(f"actor{task}", r"first unroll sent", START_TIMEOUT_S)
+    cluster.wait_for_frames_past(0, START_TIMEOUT_S)
+
+    actor1_pid = cluster.processes["actor1"].pid
+    network.set_link(2, up=False)  # host 2 is actor 1's
+    down_at = time.monotonic()
+    frames_at_down = cluster.frames()
+    noticed_at, _ = cluster.wait_for(
+        "actor1", r"lost the learner", LEARNER_VANISHED_NOTICE_S + NOTICE_SLACK_S
+    )
+    report("actor host down -> that actor notices", noticed_at - down_at)
+    # The learner trains on actor 0's unrolls meanwhile (2 checkpoints on).
+    cluster.wait_for_frames_past(frames_at_down, 30)
+    went_on_at = cluster.wait_for_frames_past(cluster.frames(), 30)
+    report("actor host down -> learner still training", went_on_at - down_at)
+
+    network.set_link(2, up=True)
+    up_at = time.monotonic()
+    connected_at, _ = cluster.wait_for(
+        "actor1", r"Actor 1: connected to the learner", 90, count=2
+    )
+    report("actor host back -> actor reconnected", connected_at - up_at)
+    sends_before = len(re.findall(r"unrolls sent", cluster.read("actor1")))
+    cluster.wait_for("actor1", r"unrolls sent", 60, count=sends_before + 1)
+    # The same process all along: it rejoined without a restart.
+    assert cluster.processes["actor1"].poll() is None
+    assert cluster.processes["actor1"].pid == actor1_pid
+    assert cluster.processes["learner"].poll() is None
+
+
+# -- the learner's host drops off; then the learner is killed and restarted ------------
+
+
+def test_actors_wait_out_a_vanished_learner_host_and_a_restarted_learner(
+    network, tmp_path
+):
+    cluster = Cluster(network, str(tmp_path), num_actors=2)
+    far = ["--total_environment_frames=100000000", "--save_checkpoint_secs=2"]
+    cluster.start("learner", "learner", 0, *far)
+    for task in range(2):
+        cluster.start(f"actor{task}", "actor", task, *far)
+    for task in range(2):
+        cluster.wait_for(f"actor{task}", r"first unroll sent", START_TIMEOUT_S)
+    cluster.wait_for_frames_past(0, START_TIMEOUT_S)
+
+    network.set_link(0, up=False)
+    down_at = time.monotonic()
+    for task in range(2):
+        noticed_at, _ = cluster.wait_for(
+            f"actor{task}",
+            r"lost the learner",
+            LEARNER_VANISHED_NOTICE_S + NOTICE_SLACK_S,
+        )
+        report(f"learner host down -> actor {task} notices", noticed_at - down_at)
+        assert noticed_at - down_at <= LEARNER_VANISHED_NOTICE_S + NOTICE_SLACK_S
+    # They keep trying while it is away.
+    time.sleep(5)
+    for task in range(2):
+        assert cluster.processes[f"actor{task}"].poll() is None
+
+    frames_before = cluster.frames()
+    network.set_link(0, up=True)
+    up_at = time.monotonic()
+    for task in range(2):
+        connected_at, _ = cluster.wait_for(
+            f"actor{task}", rf"Actor {task}: connected to the learner", 90, count=2
+        )
+        report(f"learner host back -> actor {task} reconnected", connected_at - up_at)
+    trained_at = cluster.wait_for_frames_past(frames_before, 60)
+    report("learner host back -> learner training again", trained_at - up_at)
+
+    # Now the learner dies for good and a new one takes over its address.
+    os.killpg(cluster.processes["learner"].pid, signal.SIGKILL)
+    cluster.processes["learner"].wait(timeout=30)
+    killed_at = time.monotonic()
+    cluster.start("learner_restarted", "learner", 0, *far)
+    cluster.wait_for("learner_restarted", r"Resuming from a checkpoint at \d+", 120)
+    for task in range(2):
+        connected_at, _ = cluster.wait_for(
+            f"actor{task}", rf"Actor {task}: connected to the learner", 120, count=3
+        )
+        report(
+            f"learner restarted -> actor {task} reconnected", connected_at - killed_at
+        )
+    resumed = int(
+        re.search(
+            r"Resuming from a checkpoint at (\d+)", cluster.read("learner_restarted")
+        ).group(1)
+    )
+    # The new learner trains on the reconnected actors' unrolls.
+    cluster.wait_for_frames_past(resumed, 60, name="learner_restarted")
+
+
+# -- an actor with no learner to talk to -----------------------------------------------
+
+
+def test_an_actor_without_a_learner_waits_and_stops_on_sigterm(network, tmp_path):
+    # Host 0 is up, but no learner listens there.
+    cluster = Cluster(network, str(tmp_path), num_actors=1)
+    actor = cluster.start("actor0", "actor", 0, "--total_environment_frames=2000")
+    cluster.wait_for("actor0", r"waiting for the learner at", START_TIMEOUT_S)
+    assert actor.poll() is None
+    actor.send_signal(signal.SIGTERM)
+    sent_at = time.monotonic()
+    code = cluster.exit_code("actor0", timeout=20)
+    report("actor without a learner: SIGTERM -> exit", time.monotonic() - sent_at)
+    assert code == 128 + signal.SIGTERM, cluster.tail("actor0")
