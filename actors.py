@@ -76,6 +76,7 @@ def create_environment(
         width=config.width,
         height=config.height,
         dataset_path=config.dataset_path,
+        level_cache_dir=config.level_cache_dir,
         full_action_space=environments.uses_full_action_space(config.level_names),
         # Training on Atari ends an "episode" at each lost life (the usual
         # DQN/IMPALA setup); test mode always plays whole games.

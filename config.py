@@ -33,6 +33,8 @@ class EnvironmentConfig:
     height: int = 72
     dataset_path: str = ""
     timeout_secs: float = 600
+    # DeepMind Lab's compiled levels, shared by every actor ('' = no cache).
+    level_cache_dir: str = ""
 
     @property
     def is_suite(self) -> bool:

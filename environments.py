@@ -180,8 +180,13 @@ class PyProcessDmLab:
         seed: int,
         runfiles_path: str | None = None,
         level_cache: Any = None,
+        level_cache_dir: str = "",
     ):
+        """`level_cache_dir`: a directory for a LocalLevelCache, made here in
+        the child (a cache object given as `level_cache` wins)."""
         deepmind_lab = _import_deepmind_lab(level)
+        if level_cache is None and level_cache_dir:
+            level_cache = LocalLevelCache(level_cache_dir)
         self._num_action_repeats = num_action_repeats
         self._random_state = np.random.RandomState(seed=seed)
         if runfiles_path:
@@ -189,12 +194,23 @@ class PyProcessDmLab:
         # DeepMind Lab takes every setting as a string.
         config = {k: str(v) for k, v in config.items()}
         self._observation_spec = ["RGB_INTERLEAVED", "INSTR"]
-        self._env = deepmind_lab.Lab(
-            level=level,
-            observations=self._observation_spec,
-            config=config,
-            level_cache=level_cache,
-        )
+        try:
+            self._env = deepmind_lab.Lab(
+                level=level,
+                observations=self._observation_spec,
+                config=config,
+                level_cache=level_cache,
+            )
+        except RuntimeError as e:
+            # One line naming the level (DeepMind Lab's own text says why).
+            raise ValueError(
+                f"DeepMind Lab cannot load level {level!r}: {str(e).strip()}"
+            ) from None
+        # The first episode starts here, not in initial(): a level whose map
+        # is missing makes the engine exit the whole process, and at start-up
+        # that is reported as this level's process dying while it starts.
+        self._reset()
+        self._fresh = True
 
     def _reset(self) -> None:
         self._env.reset(seed=self._random_state.randint(0, 2**31 - 1))
@@ -204,7 +220,10 @@ class PyProcessDmLab:
         return tuple(d[k] for k in self._observation_spec)
 
     def initial(self) -> tuple[np.ndarray, str]:
-        self._reset()
+        """The first observation of a new episode (the constructor's, once)."""
+        if not self._fresh:
+            self._reset()
+        self._fresh = False
         return self._observation()
 
     def step(self, action) -> tuple[np.float32, np.bool_, tuple[np.ndarray, str]]:
@@ -213,6 +232,7 @@ class PyProcessDmLab:
             action = DEFAULT_ACTION_SET[int(action)]
         # DeepMind Lab requires a C int array.
         action = np.asarray(action, dtype=np.intc)
+        self._fresh = False
         reward = self._env.step(action, num_steps=self._num_action_repeats)
         done = not self._env.is_running()
         if done:
@@ -424,6 +444,7 @@ def create_environment(
     height: int = 72,
     dataset_path: str = "",
     level_cache: Any = None,
+    level_cache_dir: str = "",
     full_action_space: bool = False,
     episode_life: bool = False,
     repeat_action_probability: float = 0.0,
@@ -436,8 +457,8 @@ def create_environment(
     full_action_space (pass `uses_full_action_space(level_names)`),
     episode_life (loss of life ends the episode; training only, ignored when
     is_test), repeat_action_probability (0.25 for sticky actions), noop_max
-    and max_episode_frames apply; width, height, dataset_path and level_cache
-    are DeepMind Lab's. DeepMind Lab test mode adds allowHoldOutLevels and the
+    and max_episode_frames apply; width, height, dataset_path, level_cache and
+    level_cache_dir (a LocalLevelCache made in the child) are DeepMind Lab's. DeepMind Lab test mode adds allowHoldOutLevels and the
     evaluation mixer seed, as the reference does.
 
     Raises:
@@ -489,4 +510,5 @@ def create_environment(
         num_action_repeats=num_action_repeats,
         seed=seed,
         level_cache=level_cache,
+        level_cache_dir=level_cache_dir,
     )

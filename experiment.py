@@ -103,6 +103,12 @@ flags.DEFINE_string(
     "Level: a DeepMind Lab level, 'dmlab30', 'atari/<game>' or 'atari57'. The "
     "default falls back to atari/pong when DeepMind Lab is not installed.",
 )
+flags.DEFINE_string(
+    "level_cache_dir",
+    "~/.cache/scalable_agent/dmlab_levels",
+    "Where DeepMind Lab keeps the levels it compiles (a maze level compiles a "
+    "new map at every reset), shared by every actor and run; '' for no cache.",
+)
 flags.DEFINE_integer("width", 96, "Frame width (DeepMind Lab).")
 flags.DEFINE_integer("height", 72, "Frame height (DeepMind Lab).")
 
@@ -290,6 +296,7 @@ def config_from_flags(f: flags.FlagValues) -> Config:
             height=f.height,
             dataset_path=f.dataset_path,
             timeout_secs=f.environment_timeout_secs,
+            level_cache_dir=level_cache_dir(f, level_name),
         ),
         agent=AgentConfig(
             torso=f.agent,
@@ -312,6 +319,25 @@ def config_from_flags(f: flags.FlagValues) -> Config:
             max_grad_norm=f.max_grad_norm,
         ),
     )
+
+
+def level_cache_dir(f: flags.FlagValues, level_name: str) -> str:
+    """--level_cache_dir, expanded and created; '' for Atari or no cache.
+
+    Raises:
+      FlagError: the directory cannot be created.
+    """
+    if not f.level_cache_dir or environments.is_atari_level(level_name):
+        return ""
+    path = os.path.expanduser(f.level_cache_dir)
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise FlagError(
+            f"--level_cache_dir={f.level_cache_dir}: cannot create it "
+            f"({e.strerror}); give a writable directory, or '' for no cache."
+        ) from None
+    return path
 
 
 def cluster_config_from_flags(f: flags.FlagValues) -> cluster.ClusterConfig | None:
@@ -528,8 +554,14 @@ def run_mode(f: flags.FlagValues = FLAGS) -> int:
         print(f"experiment.py: error: {e}", file=sys.stderr)
         return 1
     except py_process.PyProcessError as e:
-        # An environment that cannot even start (e.g. a bad level or path).
-        print(f"experiment.py: error: an environment failed: {e}", file=sys.stderr)
+        # An environment that cannot even start (e.g. a bad level or path):
+        # the first line of the error (its child traceback is left out).
+        cause = str(e).strip().splitlines()[0]
+        print(
+            f"experiment.py: error: --level_name={f.level_name}: an environment "
+            f"failed to start: {cause}",
+            file=sys.stderr,
+        )
         return 1
     # Stopped by SIGINT/SIGTERM after a final checkpoint: 128 + signal
     # number, as a shell reports a process ended by that signal.
