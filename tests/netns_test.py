@@ -99,6 +99,19 @@ class Cluster:
         self.processes[name] = process
         return process
 
+    def start_training(self) -> list[str]:
+        """Starts the learner and every actor on a far target, checkpointing
+        every 2 s, and waits until all send unrolls and the learner trains.
+        Returns the extra flags, to restart a task with."""
+        far = ["--total_environment_frames=100000000", "--save_checkpoint_secs=2"]
+        self.start("learner", "learner", 0, *far)
+        for task in range(self.num_actors):
+            self.start(f"actor{task}", "actor", task, *far)
+        for task in range(self.num_actors):
+            self.wait_for(f"actor{task}", r"first unroll sent", START_TIMEOUT_S)
+        self.wait_for_frames_past(0, START_TIMEOUT_S)
+        return far
+
     def log_path(self, name: str) -> str:
         return os.path.join(self.directory, f"{name}.log")
 
@@ -199,13 +212,7 @@ def test_a_learner_and_two_actor_hosts_train_to_the_target(
 
 def test_an_actor_host_that_drops_off_rejoins_without_a_restart(network, tmp_path):
     cluster = Cluster(network, str(tmp_path), num_actors=2)
-    far = ["--total_environment_frames=100000000", "--save_checkpoint_secs=2"]
-    cluster.start("learner", "learner", 0, *far)
-    for task in range(2):
-        cluster.start(f"actor{task}", "actor", task, *far)
-    for task in range(2):
-        cluster.wait_for(f"actor{task}", r"first unroll sent", START_TIMEOUT_S)
-    cluster.wait_for_frames_past(0, START_TIMEOUT_S)
+    cluster.start_training()
 
     actor1_pid = cluster.processes["actor1"].pid
     network.set_link(2, up=False)  # host 2 is actor 1's
@@ -241,13 +248,7 @@ def test_actors_wait_out_a_vanished_learner_host_and_a_restarted_learner(
     network, tmp_path
 ):
     cluster = Cluster(network, str(tmp_path), num_actors=2)
-    far = ["--total_environment_frames=100000000", "--save_checkpoint_secs=2"]
-    cluster.start("learner", "learner", 0, *far)
-    for task in range(2):
-        cluster.start(f"actor{task}", "actor", task, *far)
-    for task in range(2):
-        cluster.wait_for(f"actor{task}", r"first unroll sent", START_TIMEOUT_S)
-    cluster.wait_for_frames_past(0, START_TIMEOUT_S)
+    far = cluster.start_training()
 
     network.set_link(0, up=False)
     down_at = time.monotonic()
