@@ -165,9 +165,14 @@ def env_frames_per_step() -> int:
 
 
 def measure_ceiling(
-    seconds: float = 10.0, processes: int | None = None, game: str = "pong"
+    seconds: float = 10.0,
+    processes: int | None = None,
+    game: str = "pong",
+    worker=_ceiling_worker,
+    start_delay_s: float = 3.0,
 ) -> dict:
-    """Frames/s of `processes` (default: all cores) processes stepping ALE.
+    """Frames/s of `processes` (default: all cores) processes stepping ALE
+    (or what `worker(game, seed, seconds, start_at, queue)` steps).
 
     Returns {'frames_per_s': total, 'per_process': [...], 'frames_per_cpu_s':
     mean frames per CPU-second of a process, 'load': load average before}.
@@ -176,11 +181,10 @@ def measure_ceiling(
     load = loadavg()
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
-    start_at = time.time() + 3.0  # Time for the children to import and reset.
+    # Time for the children to import and reset before they start together.
+    start_at = time.time() + start_delay_s
     workers = [
-        context.Process(
-            target=_ceiling_worker, args=(game, 100 + i, seconds, start_at, results)
-        )
+        context.Process(target=worker, args=(game, 100 + i, seconds, start_at, results))
         for i in range(processes)
     ]
     for w in workers:
