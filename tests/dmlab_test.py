@@ -21,7 +21,7 @@ import sys
 import time
 
 import pytest
-from run_helpers import REPO_ROOT, command
+from run_helpers import REPO_ROOT, command, one_error_line
 
 import environments
 
@@ -284,11 +284,9 @@ def test_a_level_that_cannot_start_is_one_line_naming_it(tmp_path, level, expect
     if level.startswith("natlab") and result.returncode == 0:
         pytest.skip("this DeepMind Lab build has the natlab maps")
     assert result.returncode == 1, result.stderr[-3000:]
-    assert "Traceback" not in result.stderr
-    ours = [ln for ln in result.stderr.splitlines() if ln.startswith("experiment.py:")]
-    assert len(ours) == 1, result.stderr[-3000:]
-    assert ours[0].startswith(f"experiment.py: error: --level_name={level}: ")
-    assert expected in ours[0]
+    line = one_error_line(result.stderr)
+    assert line.startswith(f"experiment.py: error: --level_name={level}: ")
+    assert expected in line
 
 
 # -- the level cache ---------------------------------------------------------------------

@@ -25,6 +25,8 @@ from run_helpers import (
     RUN_TIMEOUT_S,
     SMALL,
     command,
+    one_error_line,
+    run_command_line,
     run_experiment,
     small_config,
 )
@@ -242,11 +244,6 @@ def test_test_mode_plays_an_episode_and_writes_json(trained, tmp_path):
     )
 
 
-def run_command_line(*args: str) -> int:
-    """experiment.py's mode for the command line `args`, in this process."""
-    return experiment.run_mode(experiment.parse_flags(["experiment.py", *args]))
-
-
 @pytest.mark.slow
 def test_checkpoint_of_another_agent_is_a_clear_error(trained, capsys):
     code = run_command_line(
@@ -304,12 +301,9 @@ def bad_flag_runs(tmp_path_factory):
 
 
 def check_one_error_line(stderr: str, expected: str) -> None:
-    assert "Traceback" not in stderr
-    # TensorFlow's import may print its own banner lines; ours is one line.
-    ours = [line for line in stderr.splitlines() if line.startswith("experiment.py:")]
-    assert len(ours) == 1, stderr
-    assert ours[0].startswith("experiment.py: error: ")
-    assert expected in ours[0]
+    line = one_error_line(stderr)
+    assert line.startswith("experiment.py: error: ")
+    assert expected in line
 
 
 @pytest.mark.slow

@@ -30,11 +30,17 @@ import urllib.request
 
 import pytest
 import tensorflow as tf
-from run_helpers import FRAMES_PER_UPDATE, REPO_ROOT, SMALL, command
+from run_helpers import (
+    FRAMES_PER_UPDATE,
+    REPO_ROOT,
+    SMALL,
+    command,
+    one_error_line,
+    run_command_line,
+)
 
 import checkpoints
 import cluster
-import experiment
 import progress
 import tf_logging
 
@@ -142,17 +148,6 @@ def test_the_banners_come_back_with_tf_cpp_min_log_level_0(tmp_path):
 
 
 # -- bad input: one line, exit code 2 ------------------------------------------------
-
-
-def run_command_line(*args: str) -> int:
-    return experiment.run_mode(experiment.parse_flags(["experiment.py", *args]))
-
-
-def one_error_line(stderr: str) -> str:
-    ours = [line for line in stderr.splitlines() if line.startswith("experiment.py:")]
-    assert len(ours) == 1, stderr
-    assert "Traceback" not in stderr
-    return ours[0]
 
 
 def test_a_logdir_that_cannot_be_created_is_one_line(capsys):

@@ -37,6 +37,23 @@ def run_experiment(*args: str, timeout: float = RUN_TIMEOUT_S):
     )
 
 
+def run_command_line(*args: str) -> int:
+    """experiment.py's mode for the command line `args`, in this process;
+    returns its exit code."""
+    import experiment
+
+    return experiment.run_mode(experiment.parse_flags(["experiment.py", *args]))
+
+
+def one_error_line(stderr: str) -> str:
+    """The one line experiment.py printed of its own (TensorFlow may print
+    others); fails if there is not exactly one, or a traceback."""
+    assert "Traceback" not in stderr
+    ours = [line for line in stderr.splitlines() if line.startswith("experiment.py:")]
+    assert len(ours) == 1, stderr
+    return ours[0]
+
+
 def small_config(logdir: str = "/tmp/agent", **learner_overrides):
     """The SMALL settings as a config.Config, for tests that build the graph
     pieces in-process (no flags involved)."""
