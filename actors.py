@@ -45,8 +45,9 @@ ENV_RESTART_DELAY_SECS = 1.0
 ActorOutput = collections.namedtuple(
     "ActorOutput", "level_name agent_state env_outputs agent_outputs"
 )
+# env_processes: the actor's K environment processes (K = envs_per_actor).
 Actor = collections.namedtuple(
-    "Actor", "index level_name env_process output enqueue_op state_initializer"
+    "Actor", "index level_name env_processes output enqueue_op state_initializer"
 )
 
 
@@ -88,10 +89,6 @@ def create_environment(
     return process, environments.FlowEnvironment(process.proxy)
 
 
-def _add_batch_dim(nest):
-    return tf.nest.map_structure(lambda t: tf.expand_dims(t, 0), nest)
-
-
 def _zero_agent_output(num_actions: int, batch_size: int) -> agent_lib.AgentOutput:
     return agent_lib.AgentOutput(
         action=tf.zeros([batch_size], tf.int32),
@@ -118,47 +115,81 @@ def build_actor(
     unroll_length: int,
     inference_fn=None,
 ) -> tuple[ActorOutput, tf.Operation]:
-    """One actor's unroll of `unroll_length` steps, as graph ops.
+    """One actor's unroll of `unroll_length` steps over one environment.
 
-    The environment state, last environment output, agent core state and last
-    agent output persist across unrolls in local variables, so each run of
-    the returned tensors continues where the previous one stopped.
+    As `build_vector_actor` with a single environment, without its batch
+    dimension: ActorOutput(level_name string [], agent_state: core state
+    [256] each, env_outputs [T + 1, ...], agent_outputs [T + 1, ...]), and
+    the state_initializer. `inference_fn` gets inputs of batch 1.
+    """
+    output, state_initializer = build_vector_actor(
+        agent, [env], level_name, unroll_length, inference_fn
+    )
+    return tf.nest.map_structure(lambda t: t[0], output), state_initializer
+
+
+def _stack(nests: list) -> object:
+    return tf.nest.map_structure(lambda *ts: tf.stack(ts), *nests)
+
+
+def _batch_major(t: tf.Tensor) -> tf.Tensor:
+    """[T + 1, K, ...] -> [K, T + 1, ...]."""
+    return tf.transpose(t, [1, 0, *range(2, t.shape.rank)])
+
+
+def build_vector_actor(
+    agent: agent_lib.Agent,
+    envs: list[environments.FlowEnvironment],
+    level_name: str,
+    unroll_length: int,
+    inference_fn=None,
+) -> tuple[ActorOutput, tf.Operation]:
+    """One actor's unroll of `unroll_length` steps over K = len(envs)
+    environments, as graph ops.
+
+    At each step the agent runs once on the K environments' outputs (one
+    inference call of batch K), then the K environments step, each in its
+    own process: their py_func ops do not depend on each other, so they run
+    at the same time. The loop, the inference call and the batcher's hop are
+    paid once per K agent steps. K = 1 is the reference's actor.
+
+    The environment states, last environment outputs, agent core states and
+    last agent outputs persist across unrolls in local variables, so each
+    run of the returned tensors continues where the previous one stopped.
 
     Args:
       agent: the (shared) agent; built here once if it has no variables yet.
-      env: the actor's FlowEnvironment.
+      envs: the actor's FlowEnvironments (all of `level_name`).
       level_name: the level, recorded in the output.
       unroll_length: T, the agent steps per unroll.
-      inference_fn: (last_actions [1], env_outputs [1, ...], core_state) ->
-        (AgentOutput [1, ...], core_state); defaults to `agent` (one step).
+      inference_fn: (last_actions [K], env_outputs [K, ...], core_state) ->
+        (AgentOutput [K, ...], core_state); defaults to `agent` (one step).
 
     Returns:
       (ActorOutput, state_initializer):
-        ActorOutput(level_name string [], agent_state: core state [256] each
-        before the first step, env_outputs [T + 1, ...],
-        agent_outputs [T + 1, ...]), where step 0 is the last step of the
+        ActorOutput, batch-major, one unroll per environment (ready for
+        `enqueue_many`): level_name string [K], agent_state: core state
+        [K, 256] each before the first step, env_outputs [K, T + 1, ...],
+        agent_outputs [K, T + 1, ...]. Step 0 is the last step of the
         previous unroll (so consecutive unrolls overlap by one step: the
         learner needs it to pair each action with the observation it came
-        from); state_initializer resets this actor's persistent state (and
-        calls the environment's `initial`).
+        from). state_initializer resets this actor's persistent state (and
+        calls every environment's `initial`).
     """
     inference_fn = inference_fn or agent
+    num_envs = len(envs)
     with tf.name_scope("actor"):
-        initial_env_output, initial_env_state = env.initial()
+        initials = [env.initial() for env in envs]
         initial_values = (
-            initial_env_state,
-            initial_env_output,
-            agent.initial_state(1),
-            _zero_agent_output(agent.num_actions, 1),
+            tuple(env_state for _, env_state in initials),
+            _stack([env_output for env_output, _ in initials]),
+            agent.initial_state(num_envs),
+            _zero_agent_output(agent.num_actions, num_envs),
         )
         if not agent.built:
             # Variables can only be created in the main graph, not in the
             # loop body of tf.scan (a function graph): build the agent once.
-            agent(
-                initial_values[3].action,
-                _add_batch_dim(initial_env_output),
-                initial_values[2],
-            )
+            agent(initial_values[3].action, initial_values[1], initial_values[2])
         state = tf.nest.map_structure(_persistent_variable, initial_values)
         state_initializer = tf.group(
             [v.initializer for v in tf.nest.flatten(state)], name="reset_actor"
@@ -168,12 +199,17 @@ def build_actor(
         first = tf.nest.map_structure(lambda v: v.read_value(), state)
 
         def step(carry, unused_index):
-            env_state, env_output, core_state, agent_output = carry
+            env_states, env_output, core_state, agent_output = carry
             agent_output, core_state = inference_fn(
-                agent_output.action, _add_batch_dim(env_output), core_state
+                agent_output.action, env_output, core_state
             )
-            env_output, env_state = env.step(agent_output.action[0], env_state)
-            return env_state, env_output, core_state, agent_output
+            stepped = [
+                env.step(agent_output.action[k], env_states[k])
+                for k, env in enumerate(envs)
+            ]
+            env_states = tuple(env_state for _, env_state in stepped)
+            env_output = _stack([output for output, _ in stepped])
+            return env_states, env_output, core_state, agent_output
 
         # outputs: each element stacked over the T steps of the unroll.
         outputs = tf.scan(step, tf.range(unroll_length), initializer=first)
@@ -183,20 +219,16 @@ def build_actor(
         with tf.control_dependencies(tf.nest.flatten(assignments)):
             _, first_env_output, first_core_state, first_agent_output = first
             _, env_outputs, _, agent_outputs = outputs
-            # Drop the batch dimension of 1 used for inference.
-            first_core_state = tf.nest.map_structure(lambda t: t[0], first_core_state)
-            first_agent_output = tf.nest.map_structure(
-                lambda t: t[0], first_agent_output
-            )
-            agent_outputs = tf.nest.map_structure(lambda t: t[:, 0], agent_outputs)
             full_env_outputs, full_agent_outputs = tf.nest.map_structure(
-                lambda first_t, rest: tf.concat([first_t[None], rest], axis=0),
+                lambda first_t, rest: _batch_major(
+                    tf.concat([first_t[None], rest], axis=0)
+                ),
                 (first_env_output, first_agent_output),
                 (env_outputs, agent_outputs),
             )
             output = ActorOutput(
-                level_name=tf.constant(level_name),
-                agent_state=first_core_state,
+                level_name=tf.fill([num_envs], level_name),
+                agent_state=tf.nest.map_structure(tf.identity, first_core_state),
                 env_outputs=full_env_outputs,
                 agent_outputs=full_agent_outputs,
             )
@@ -222,14 +254,28 @@ def actor_output_specs(
         return tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), output)
 
 
-def make_inference_fn(agent: agent_lib.Agent, device: str, dynamic: bool = True):
-    """The actors' one-step agent: dynamically batched when `dynamic` and the
-    op is built.
+def make_inference_fn(
+    agent: agent_lib.Agent, device: str, dynamic: bool = True, envs_per_actor: int = 1
+):
+    """The actors' one-step agent: dynamically batched when `dynamic`, the op
+    is built and each actor has one environment.
+
+    The batcher takes one example per call, so an actor of several
+    environments runs the agent itself, on a batch of its envs_per_actor
+    examples.
 
     Returns (function, batched: bool).
     """
     if not dynamic:
         logging.info("--dynamic_batching=false: each actor runs the agent unbatched.")
+        return agent, False
+    if envs_per_actor > 1:
+        logging.info(
+            "--envs_per_actor=%d: each actor runs the agent on a batch of its "
+            "%d environments (dynamic batching takes one example per call).",
+            envs_per_actor,
+            envs_per_actor,
+        )
         return agent, False
     if dynamic_batching is not None and dynamic_batching.is_available():
 
@@ -255,21 +301,32 @@ def build_actors(
     seed: int,
     queue: tf.queue.FIFOQueue,
     inference_fn,
+    envs_per_actor: int = 1,
 ) -> list[Actor]:
-    """`num_actors` actors, round-robin over the levels, each enqueuing its
-    unrolls into `queue`; actor i's environment has seed `seed + i`."""
+    """`num_actors` actors, round-robin over the levels, each stepping
+    `envs_per_actor` environments of its level and enqueuing one unroll per
+    environment into `queue`. Environment k of actor i has seed
+    `seed + i * envs_per_actor + k` (`seed + i` with one per actor)."""
     actors = []
     level_names = environment.level_names
     for i in range(num_actors):
         level_name = level_names[i % len(level_names)]
         with tf.name_scope(f"actor_{i}"):
-            process, env = create_environment(level_name, seed + i, environment)
-            output, state_initializer = build_actor(
-                agent, env, level_name, unroll_length, inference_fn
+            processes, envs = zip(
+                *(
+                    create_environment(
+                        level_name, seed + i * envs_per_actor + k, environment
+                    )
+                    for k in range(envs_per_actor)
+                ),
+                strict=True,
             )
-            enqueue_op = queue.enqueue(tf.nest.flatten(output))
+            output, state_initializer = build_vector_actor(
+                agent, list(envs), level_name, unroll_length, inference_fn
+            )
+            enqueue_op = queue.enqueue_many(tf.nest.flatten(output))
         actors.append(
-            Actor(i, level_name, process, output, enqueue_op, state_initializer)
+            Actor(i, level_name, processes, output, enqueue_op, state_initializer)
         )
     return actors
 
@@ -354,25 +411,31 @@ class ActorRunner:
         )
 
     def _environment_failed(self, error: Exception, coord) -> bool:
-        """True when `error` comes from this actor's environment process
-        (died, or its environment raised) while training goes on."""
+        """True when `error` comes from one of this actor's environment
+        processes (died, or its environment raised) while training goes on."""
         if isinstance(error, (tf.errors.CancelledError, tf.errors.OutOfRangeError)):
             return False
-        return not self._should_end(coord) and not self.actor.env_process.alive
+        return not self._should_end(coord) and bool(self._failed_processes())
+
+    def _failed_processes(self) -> list[py_process.PyProcess]:
+        return [p for p in self.actor.env_processes if not p.alive]
 
     def _recover_environment(self, session, coord, error: Exception) -> None:
-        """Restarts the environment in a fresh process and resets the actor.
+        """Restarts the failed environments in fresh processes and resets the
+        actor.
 
-        The actor's persistent state (environment state and output, agent
-        core state, last action) is re-initialised with its
-        state_initializer, which calls the new environment's `initial()`.
-        Restarts wait 1 s, 2 s, ... first (and stop waiting when training
-        stops). Raises EnvironmentFailedError on the
+        The actor's persistent state (environment states and outputs, agent
+        core states, last actions) is re-initialised with its
+        state_initializer, which calls every environment's `initial()`: with
+        several environments per actor, the episodes of the ones that did
+        not fail start again too. Restarts wait 1 s, 2 s, ... first (and stop
+        waiting when training stops). Raises EnvironmentFailedError on the
         ENV_FAILURES_BEFORE_GIVING_UP-th failure in a row (failed restarts
         count too).
         """
-        actor, process = self.actor, self.actor.env_process
-        cause = failure_cause(error, process)
+        actor = self.actor
+        failed = self._failed_processes() or list(actor.env_processes[:1])
+        cause = failure_cause(error, failed[0])
         while True:
             self._failures_in_a_row += 1
             failures = self._failures_in_a_row
@@ -399,31 +462,33 @@ class ActorRunner:
                 return
             if self._should_end(coord):
                 return
+            restarted = self._failed_processes() or failed
             try:
-                process.restart()
+                for process in restarted:
+                    process.restart()
                 session.run(actor.state_initializer)
             except (py_process.PyProcessError, tf.errors.OpError) as e:
                 if self._should_end(coord):
                     return
-                cause = failure_cause(e, process)
+                cause = failure_cause(e, (self._failed_processes() or restarted)[0])
                 continue
             if self._should_end(coord):
                 # Training stopped meanwhile, maybe after the environments
-                # were closed: do not leave this fresh process behind.
-                process.close()
+                # were closed: do not leave these fresh processes behind.
+                for process in restarted:
+                    process.close()
                 return
-            self.environment_restarts += 1
-            total = (
-                self._restarts.record(session)
-                if self._restarts is not None
-                else self.environment_restarts
-            )
+            self.environment_restarts += len(restarted)
+            total = self.environment_restarts
+            if self._restarts is not None:
+                for _ in restarted:
+                    total = self._restarts.record(session)
             logging.warning(
                 "Actor %d (%s): environment restarted (pid %s); training "
                 "continues (%d environment restart(s) in this run).",
                 actor.index,
                 actor.level_name,
-                process.pid,
+                ", ".join(str(p.pid) for p in restarted),
                 total,
             )
             return

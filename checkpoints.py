@@ -27,8 +27,10 @@ from errors import CheckpointError, FlagError, LogdirError, first_line
 CHECKPOINTS_TO_KEEP = 5
 
 
-def ensure_logdir(logdir: str) -> None:
+def ensure_logdir(logdir: str, flag: str = "logdir") -> None:
     """Creates `logdir` if needed and checks that a file can be written there.
+
+    `flag` names the flag that gave the directory, for the error.
 
     Raises:
       LogdirError: it cannot be created (a file in its path, no permission)
@@ -41,8 +43,8 @@ def ensure_logdir(logdir: str) -> None:
         os.remove(probe)
     except OSError as e:
         raise LogdirError(
-            f"--logdir={logdir}: cannot write there ({e.strerror}); choose a "
-            f"directory this user can create and write, e.g. --logdir=/tmp/agent."
+            f"--{flag}={logdir}: cannot write there ({e.strerror}); choose a "
+            f"directory this user can create and write, e.g. --{flag}=/tmp/agent."
         ) from None
 
 
@@ -230,6 +232,14 @@ def check_checkpoint_fits(checkpoint: str | None, logdir: str, model: str) -> No
     if checkpoint is None:
         return
     saved = dict(tf.train.list_variables(checkpoint))
+    graph_names = {v.op.name for v in tf.compat.v1.global_variables()}
+    if all(map(is_weight, saved)) and not all(map(is_weight, graph_names)):
+        raise FlagError(
+            f"--logdir={logdir}: its checkpoint holds the agent's weights only "
+            f"(export_weights.py), no optimiser state or frame count, so training "
+            f"cannot resume from it. Evaluate it with --mode=test, or train with "
+            f"another --logdir."
+        )
     for variable in tf.compat.v1.global_variables():
         name, shape = variable.op.name, variable.shape.as_list()
         problem = None
@@ -242,4 +252,49 @@ def check_checkpoint_fits(checkpoint: str | None, logdir: str, model: str) -> No
                 f"--logdir={logdir}: its checkpoint does not fit this model "
                 f"({model}): "
                 f"{problem}. Use the flags it was trained with, or another --logdir."
+            )
+
+
+def is_weight(name: str) -> bool:
+    """Whether checkpoint variable `name` is one of the agent's weights (not
+    an optimiser slot such as agent/.../w/RMSProp, not the frame counter)."""
+    return name.startswith("agent/") and "/RMSProp" not in name
+
+
+def export_weights(logdir: str, out_dir: str) -> str:
+    """Writes the agent's weights from `logdir`'s newest whole checkpoint to a
+    new checkpoint in `out_dir` (with the frame counter, for its name).
+
+    Returns the new checkpoint's prefix.
+
+    Raises:
+      FlagError: `logdir` has no checkpoint or `out_dir` already has one.
+      LogdirError: `out_dir` cannot be written.
+      CheckpointError: no checkpoint of `logdir` reads back whole.
+    """
+    candidates = find_checkpoints(logdir)
+    if not candidates:
+        raise FlagError(f"--logdir={logdir}: no checkpoint there; train first.")
+    if find_checkpoints(out_dir):
+        raise FlagError(
+            f"--out={out_dir} already holds a checkpoint; nothing was written. "
+            f"Choose an empty directory or move its files away."
+        )
+    ensure_logdir(out_dir, flag="out")
+    source = newest_whole_checkpoint(logdir, candidates, "exporting")
+    reader = tf.train.load_checkpoint(source)
+    names = sorted(n for n in reader.get_variable_to_shape_map() if is_weight(n))
+    step = int(reader.get_tensor("global_step"))
+    with tf.Graph().as_default():
+        # Saved under their original names (the dict's keys), whatever the
+        # graph calls these copies, so the agent's graph restores them.
+        variables = {n: tf.compat.v1.Variable(reader.get_tensor(n)) for n in names}
+        saver = tf.compat.v1.train.Saver(variables, save_relative_paths=True)
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            return saver.save(
+                session,
+                os.path.join(os.path.abspath(out_dir), "model.ckpt"),
+                global_step=step,
+                write_meta_graph=False,
             )

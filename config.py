@@ -84,11 +84,15 @@ class RunConfig:
     mode: str = "train"
     logdir: str = "/tmp/agent"
     num_actors: int = 4
+    # --envs_per_actor: environments one actor steps together (K).
+    envs_per_actor: int = 1
     seed: int = 1
     save_checkpoint_secs: int = 600
     # --dynamic_batching: batch the actors' inference calls (batcher.cc).
     dynamic_batching: bool = True
     test_num_episodes: int = 10
+    # --test_video_dir: where test mode writes a GIF per level; '' = none.
+    test_video_dir: str = ""
     # --testonly_nan_reward_at_frame (tests of the NaN guard); 0 = off.
     nan_reward_at_frame: int = 0
 
@@ -108,10 +112,12 @@ class Config:
         environment, learner = self.environment, self.learner
         levels = len(environment.level_names)
         actors = self.run.num_actors if num_actors is None else num_actors
+        envs = self.run.envs_per_actor
+        per_actor = f" x {envs} environments" if envs > 1 else ""
         return (
             f"{environment.level_name} ({levels} level{'s' if levels > 1 else ''}, "
             f"{environment.num_actions} actions), {self.agent.torso} agent, "
-            f"{actors} actor{'s' if actors > 1 else ''}, batch {learner.batch_size}, "
+            f"{actors} actor{'s' if actors > 1 else ''}{per_actor}, batch {learner.batch_size}, "
             f"unroll {learner.unroll_length}, "
             f"{learner.total_environment_frames:,} frames, logdir {self.run.logdir}"
         )

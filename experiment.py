@@ -2,12 +2,14 @@
 
 Reads top to bottom: the flags; `validate_flags` and `config_from_flags`,
 which turn them into one frozen `config.Config` (the only place a flag is
-read); `train`, single-machine training; `test`, test mode; `run_training`,
-which picks single-machine training or this process's cluster task; `main`.
+read); `train`, single-machine training; `run_training`, which picks
+single-machine training or this process's cluster task; `run_mode` and
+`main`. Test mode is evaluation.py.
 
 Single-machine training (--task=-1): every actor is a Python thread of this
 process that runs its own `enqueue` op in a loop (actors.py); each unroll
-steps an environment in its own child process (py_process.py). The learner
+steps the actor's environments (--envs_per_actor, 1 by default), each in its
+own child process (py_process.py). The learner
 dequeues `batch_size` unrolls, stages them (one step of policy lag), unrolls
 the agent over them and applies one RMSProp update with the V-trace loss
 (pipeline.py, learner.py). The session is in-process: no TensorFlow server,
@@ -15,7 +17,6 @@ so no network port. Cluster tasks (--job_name, --task >= 0) are in
 distributed.py.
 """
 
-import json
 import os
 import sys
 
@@ -27,7 +28,6 @@ import tf_logging
 # device choice itself. Set TF_CPP_MIN_LOG_LEVEL=0 to see everything.
 tf_logging.import_tensorflow_quietly()
 
-import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from absl import app, flags, logging  # noqa: E402
 
@@ -37,8 +37,8 @@ import checkpoints  # noqa: E402
 import cluster  # noqa: E402
 import distributed  # noqa: E402
 import environments  # noqa: E402
+import evaluation  # noqa: E402
 import pipeline  # noqa: E402
-import progress  # noqa: E402
 import py_process  # noqa: E402
 import sessions  # noqa: E402
 from config import (  # noqa: E402
@@ -59,6 +59,12 @@ FALLBACK_LEVEL = "atari/pong"
 flags.DEFINE_string("logdir", "/tmp/agent", "Directory for checkpoints and logs.")
 flags.DEFINE_enum("mode", "train", ["train", "test"], "Training or test mode.")
 flags.DEFINE_integer("test_num_episodes", 10, "Number of episodes per level (test).")
+flags.DEFINE_string(
+    "test_video_dir",
+    "",
+    "Test mode: write the first episode of each level there as an animated GIF "
+    "named <level>_return<return>.gif; empty writes none.",
+)
 
 # Cluster: task -1 is single-machine training (actors are threads here).
 flags.DEFINE_enum("job_name", "learner", ["learner", "actor"], "Job name.")
@@ -73,6 +79,12 @@ flags.DEFINE_integer(
     "total_environment_frames", int(1e9), "Total environment frames to train for."
 )
 flags.DEFINE_integer("num_actors", 4, "Number of actors.")
+flags.DEFINE_integer(
+    "envs_per_actor",
+    1,
+    "Environments each actor steps together (each in its own process), with "
+    "one inference call for all of them; 1 is the paper's actor.",
+)
 flags.DEFINE_integer("batch_size", 2, "Batch size (unrolls per learner step).")
 flags.DEFINE_integer("unroll_length", 100, "Unroll length in agent steps.")
 flags.DEFINE_integer("num_action_repeats", 4, "Environment frames per agent step.")
@@ -147,7 +159,7 @@ flags.DEFINE_integer(
 
 FLAGS = flags.FLAGS
 
-TEST_RESULTS_FILE = "test_results.json"
+TEST_RESULTS_FILE = evaluation.TEST_RESULTS_FILE
 
 
 # -- from flags to a config ------------------------------------------------------
@@ -217,6 +229,7 @@ def validate_flags(f) -> None:
         f"the learner needs at least one actor to fill its batches of "
         f"{f.batch_size} unrolls; use --num_actors=1 or more.",
     )
+    require(f.envs_per_actor >= 1, "envs_per_actor", "must be >= 1.")
 
 
 def resolve_level_name(
@@ -281,10 +294,12 @@ def config_from_flags(f: flags.FlagValues) -> Config:
             mode=f.mode,
             logdir=f.logdir,
             num_actors=f.num_actors,
+            envs_per_actor=f.envs_per_actor,
             seed=f.seed,
             save_checkpoint_secs=f.save_checkpoint_secs,
             dynamic_batching=f.dynamic_batching,
             test_num_episodes=f.test_num_episodes,
+            test_video_dir=f.test_video_dir,
             nan_reward_at_frame=f.testonly_nan_reward_at_frame,
         ),
         environment=EnvironmentConfig(
@@ -375,12 +390,12 @@ def train(config: Config, shutdown: ShutdownRequest) -> None:
         environment, config.agent, config.learner.unroll_length
     )
     logging.info("Training %s.", config.summary())
-    if config.learner.batch_size > run.num_actors:
+    if config.learner.batch_size > run.num_actors * run.envs_per_actor:
         logging.info(
-            "batch_size %d > num_actors %d: batches include consecutive unrolls "
-            "of the same actors.",
+            "batch_size %d > %d environments: batches include consecutive "
+            "unrolls of the same environments.",
             config.learner.batch_size,
-            run.num_actors,
+            run.num_actors * run.envs_per_actor,
         )
     with tf.Graph().as_default():
         tf.compat.v1.set_random_seed(run.seed)
@@ -392,7 +407,7 @@ def train(config: Config, shutdown: ShutdownRequest) -> None:
             agent, queue, specs, config.learner, device, run.nan_reward_at_frame
         )
         inference_fn, batched = actors.make_inference_fn(
-            agent, device, run.dynamic_batching
+            agent, device, run.dynamic_batching, run.envs_per_actor
         )
         actor_list = actors.build_actors(
             agent,
@@ -402,6 +417,7 @@ def train(config: Config, shutdown: ShutdownRequest) -> None:
             run.seed,
             queue,
             inference_fn,
+            run.envs_per_actor,
         )
         restarts = actors.EnvironmentRestarts(
             run.logdir, learner_pipeline.learner.num_env_frames
@@ -414,7 +430,14 @@ def train(config: Config, shutdown: ShutdownRequest) -> None:
             ),
             py_process.PyProcessHook(),
         ]
-        result = pipeline.train_learner(config, learner_pipeline, hooks, shutdown)
+        num_environments = run.num_actors * run.envs_per_actor
+        result = pipeline.train_learner(
+            config,
+            learner_pipeline,
+            hooks,
+            shutdown,
+            session_config=sessions.session_config(True, num_environments),
+        )
     if shutdown.requested:
         shutdown.log_stop(result.num_env_frames, run.logdir)
         return
@@ -426,82 +449,6 @@ def train(config: Config, shutdown: ShutdownRequest) -> None:
         "dynamically batched" if batched else "unbatched",
         run.logdir,
     )
-
-
-# -- test mode ---------------------------------------------------------------------
-
-
-def test(config: Config) -> dict:
-    """Plays test_num_episodes episodes per level with the latest checkpoint.
-
-    Logs the mean return per level (and the suite's human-normalised scores)
-    and writes them to <logdir>/test_results.json. Returns that dict.
-    """
-    run, environment = config.run, config.environment
-    level_names = environment.level_names
-    # The newest checkpoint that reads back whole, found the way training
-    # finds the one it resumes from; test mode writes nothing but its JSON.
-    candidates = checkpoints.find_checkpoints(run.logdir)
-    if not candidates:
-        raise FlagError(
-            f"--logdir={run.logdir}: no checkpoint to test; train first with "
-            f"--mode=train --logdir={run.logdir}, or point --logdir at a run."
-        )
-    checkpoint = checkpoints.newest_whole_checkpoint(run.logdir, candidates, "testing")
-    checkpoints.ensure_logdir(run.logdir)  # test_results.json goes there.
-    level_returns = {name: [] for name in level_names}
-    with tf.Graph().as_default():
-        agent = actors.create_agent(config.agent)
-        outputs = {}
-        for name in level_names:
-            _, env = actors.create_environment(
-                name, run.seed, environment, is_test=True
-            )
-            outputs[name], _ = actors.build_actor(
-                agent, env, name, config.learner.unroll_length
-            )
-        checkpoints.check_checkpoint_fits(
-            checkpoint, run.logdir, config.describe_model()
-        )
-        with tf.compat.v1.train.SingularMonitoredSession(
-            checkpoint_filename_with_path=checkpoint,
-            hooks=[py_process.PyProcessHook()],
-            config=sessions.session_config(),
-        ) as session:
-            logging.info("Testing %s from %s.", environment.level_name, checkpoint)
-            for name in level_names:
-                env_outputs = outputs[name].env_outputs
-                returns = level_returns[name]
-                while len(returns) < run.test_num_episodes:
-                    done, info = session.run((env_outputs.done, env_outputs.info))
-                    # Step 0 repeats the previous unroll's last step.
-                    finished = info.episode_return[1:][done[1:]]
-                    returns.extend(float(r) for r in finished)
-                del returns[run.test_num_episodes :]
-                logging.info(
-                    "Level %s: mean return %.2f over %d episodes.",
-                    name,
-                    np.mean(returns),
-                    len(returns),
-                )
-    results = {
-        "level_name": environment.level_name,
-        "checkpoint": checkpoint,
-        "levels": {
-            name: {"mean_return": float(np.mean(r)), "returns": r}
-            for name, r in level_returns.items()
-        },
-    }
-    if environment.is_suite:
-        scores = progress.human_normalized_scores(environment.level_name, level_returns)
-        results["human_normalized"] = scores
-        logging.info("Human-normalised scores: %s", scores)
-    path = os.path.join(run.logdir, TEST_RESULTS_FILE)
-    with open(path, "w") as f:
-        json.dump(results, f, indent=2)
-    logging.info("Test results written to %s.", path)
-    print(progress.results_table(results), flush=True)
-    return results
 
 
 # -- the mode, and main --------------------------------------------------------------
@@ -539,7 +486,7 @@ def run_mode(f: flags.FlagValues = FLAGS) -> int:
         validate_flags(f)
         config = config_from_flags(f)
         if config.run.mode == "test":
-            test(config)
+            evaluation.test(config)
         else:
             cluster_config = cluster_config_from_flags(f)
             with shutdown.handling_signals():

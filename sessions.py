@@ -29,9 +29,16 @@ def learner_device() -> str:
     return "/cpu:0"
 
 
-def session_config(single_machine_training: bool = False) -> tf.compat.v1.ConfigProto:
-    """The sessions' ConfigProto; single-machine training runs each kernel on
-    one thread unless TF_NUM_INTRAOP_THREADS says otherwise."""
+def session_config(
+    single_machine_training: bool = False, num_environments: int = 0
+) -> tf.compat.v1.ConfigProto:
+    """The sessions' ConfigProto.
+
+    Single-machine training runs each kernel on one thread unless
+    TF_NUM_INTRAOP_THREADS says otherwise. `num_environments`: how many
+    environment processes the session's actors step; the inter-op pool gets
+    a thread for each on top of one per core.
+    """
     config = tf.compat.v1.ConfigProto(allow_soft_placement=True)
     if single_machine_training and "TF_NUM_INTRAOP_THREADS" not in os.environ:
         # The actors' many small kernels (one-step inference on batches of
@@ -39,6 +46,13 @@ def session_config(single_machine_training: bool = False) -> tf.compat.v1.Config
         # keep all cores busy between them: splitting every kernel over the
         # intra-op pool cost more than it saved (BENCHMARKS.md, "Profile").
         config.intra_op_parallelism_threads = 1
+    if num_environments and "TF_NUM_INTEROP_THREADS" not in os.environ:
+        # An environment step is a py_func that holds an inter-op thread
+        # while it waits for its process to answer. With the default pool
+        # (one thread per core) at most that many environments step at a
+        # time, and the waiting threads leave none for inference and the
+        # learner. A waiting thread costs no CPU.
+        config.inter_op_parallelism_threads = (os.cpu_count() or 1) + num_environments
     # Take GPU memory as needed rather than all of it up front.
     config.gpu_options.allow_growth = True
     return config

@@ -136,6 +136,56 @@ PARTS = {
 }
 
 
+def _vector_configs() -> list[dict]:
+    """Environments per actor (issue 15): K = 1 (dynamic batching on, the
+    configuration before/after comparisons use) against K = 2 and 4."""
+    configs = []
+    for agent, actors, unroll, ks in (
+        ("shallow", 8, 20, (1, 2, 4)),
+        ("shallow", 4, 80, (1, 2, 4)),
+        ("deep", 8, 20, (1, 4)),
+    ):
+        for k in ks:
+            config = dict(
+                agent=agent,
+                num_actors=actors,
+                batch_size=8,
+                unroll_length=unroll,
+                dynamic_batching=True,
+            )
+            if k > 1:
+                config["envs_per_actor"] = k
+            configs.append(config)
+    return configs
+
+
+def _grid_with_k(agent: str, actors, k: int) -> list[dict]:
+    return [
+        dict(
+            agent=agent,
+            num_actors=n,
+            batch_size=8,
+            unroll_length=20,
+            dynamic_batching=True,
+            **({"envs_per_actor": k} if k > 1 else {}),
+        )
+        for n in actors
+    ]
+
+
+# envs_per_actor > 1 is new in issue 15: those configurations run on the
+# current code only (a baseline from before has no such flag).
+PARTS["vector"] = _vector_configs()
+# The issue-15 table: shallow 1-16 actors and deep 4-16 actors, one
+# environment per actor (batching on) and K environments per actor.
+PARTS["grid15"] = [
+    *_grid_with_k("shallow", (1, 2, 4, 8, 16), 1),
+    *_grid_with_k("shallow", (1, 2, 4, 8, 16), 4),
+    *_grid_with_k("deep", (4, 8, 16), 1),
+    *_grid_with_k("deep", (4, 8, 16), 4),
+]
+
+
 def export_git_revision(revision: str) -> str:
     """The repository's top-level files at `revision`, in a temporary dir."""
     import tempfile
@@ -291,6 +341,8 @@ def run_part(part: str, args) -> dict:
             # --alternate: the code that runs second in a round runs first in
             # the next, so a position effect cancels out over the rounds.
             order = variants[::-1] if args.alternate and repeat % 2 else variants
+            if config.get("envs_per_actor", 1) > 1:
+                order = [v for v in order if v[0] == "current"]
             for label, directory, has_flag in order:
                 common.use_code_dir(directory)
                 on_start = None
@@ -384,6 +436,7 @@ def table(result: dict) -> str:
             run["repeat"],
             c["agent"],
             c["num_actors"],
+            c.get("envs_per_actor", 1),
             c["batch_size"],
             c["unroll_length"],
             dynamic_batching,
@@ -401,6 +454,8 @@ def table(result: dict) -> str:
             )
             continue
         fps = run["frames_per_s"]
+        k = c.get("envs_per_actor", 1)
+        actors = f"{c['num_actors']} x {k} envs" if k > 1 else str(c["num_actors"])
         ratio = ""
         if c["dynamic_batching"]:
             other = by_key.get(key(run, False))
@@ -411,8 +466,8 @@ def table(result: dict) -> str:
         main_cpu = run["cpu_total_s"] - env_cpu
         per_cpu = fps * run["window_s"] / run["cpu_total_s"]
         lines.append(
-            f"| {run['code']}{_env_label(c)}, {run['repeat'] + 1} | {c['agent']} | {c['num_actors']} | {c['batch_size']} | {c['unroll_length']} "
-            f"| {'on' if c['dynamic_batching'] else 'off'} | {fps:.0f} | {fps / FRAMES_PER_AGENT_STEP:.0f} "
+            f"| {run['code']}{_env_label(c)}, {run['repeat'] + 1} | {c['agent']} | {actors} | {c['batch_size']} | {c['unroll_length']} "
+            f"| {'on' if c['dynamic_batching'] and k == 1 else 'off'} | {fps:.0f} | {fps / FRAMES_PER_AGENT_STEP:.0f} "
             f"| {run['learner_steps_per_s']:.2f} | {fps / ceiling:.1%} | {ratio} "
             f"| {main_cpu / run['window_s']:.2f} + {env_cpu / run['window_s']:.2f} "
             f"| {per_cpu:.0f} | {per_cpu / ceiling_per_cpu:.1%} "

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-FLAG_SCRIPTS = {"experiment.py", "launch.py"}
+FLAG_SCRIPTS = {"experiment.py", "launch.py", "export_weights.py"}
 MAX_EXPERIMENT_LINES = 600
 MIN_FAST_TESTS = 100
 

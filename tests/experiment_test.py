@@ -16,6 +16,7 @@ import threading
 import time
 import types
 
+import imageio.v3 as iio
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -34,11 +35,13 @@ from run_helpers import (
 import actors
 import agent as agent_lib
 import atari57
+import checkpoints
 import experiment
 import learner as learner_lib
 import pipeline
 import progress
 import py_process
+from errors import FlagError
 
 FLAGS = experiment.FLAGS
 UNROLL = 20  # SMALL's --unroll_length
@@ -245,6 +248,62 @@ def test_test_mode_plays_an_episode_and_writes_json(trained, tmp_path):
 
 
 @pytest.mark.slow
+def test_exported_weights_play_in_test_mode_and_write_a_video(trained, tmp_path):
+    weights = str(tmp_path / "weights")
+    checkpoints.export_weights(trained.logdir, weights)
+    saved = dict(tf.train.list_variables(weights))
+    trained_variables = dict(tf.train.list_variables(trained.logdir))
+    # The agent's weights, each as trained, and nothing else.
+    assert saved and all(checkpoints.is_weight(name) for name in saved)
+    assert saved == {
+        n: s for n, s in trained_variables.items() if checkpoints.is_weight(n)
+    }
+    assert any("RMSProp" in name for name in trained_variables)
+    prefix = tf.train.latest_checkpoint(weights)
+    assert prefix.endswith(f"model.ckpt-{saved_frames(trained.logdir)}")
+    for name in saved:
+        np.testing.assert_array_equal(
+            tf.train.load_variable(weights, name),
+            tf.train.load_variable(trained.logdir, name),
+        )
+
+    videos = tmp_path / "videos"
+    result = run_experiment(
+        *SMALL,
+        f"--logdir={weights}",
+        "--mode=test",
+        "--test_num_episodes=2",
+        f"--test_video_dir={videos}",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    with open(os.path.join(weights, experiment.TEST_RESULTS_FILE)) as f:
+        first_return = json.load(f)["levels"]["atari/pong"]["returns"][0]
+    # One GIF: the first episode, its return in the name.
+    (gif,) = videos.iterdir()
+    assert gif.name == f"atari_pong_return{first_return:+g}.gif"
+    pictures = iio.imread(gif, index=None)
+    # A Pong game has at least 21 points of a few dozen agent steps each;
+    # the GIF writer merges identical consecutive frames, so fewer than the
+    # episode's steps can come back.
+    assert 200 <= len(pictures) <= 27000
+    assert pictures.shape[1:3] == (252, 252)  # 84 x 84, enlarged 3x
+    assert pictures.dtype == np.uint8
+    assert len(np.unique(pictures)) > 2  # a picture, not a blank
+
+
+@pytest.mark.slow
+def test_training_on_exported_weights_is_a_clear_error(trained, tmp_path, capsys):
+    weights = str(tmp_path / "weights")
+    checkpoints.export_weights(trained.logdir, weights)
+    code = run_command_line(*SMALL, f"--logdir={weights}")
+    assert code == 2
+    check_one_error_line(capsys.readouterr().err, "weights only")
+    # And a second export onto it writes nothing.
+    with pytest.raises(FlagError, match="already holds a checkpoint"):
+        checkpoints.export_weights(trained.logdir, weights)
+
+
+@pytest.mark.slow
 def test_checkpoint_of_another_agent_is_a_clear_error(trained, capsys):
     code = run_command_line(
         "--level_name=atari/pong", f"--logdir={trained.logdir}", "--mode=test"
@@ -413,7 +472,7 @@ def collect_real_batch(num_unrolls: int = 2, max_tries: int = 40):
     return unrolls
 
 
-@pytest.mark.parametrize("inference", ["unbatched", "dynamic_batching"])
+@pytest.mark.parametrize("inference", ["unbatched", "dynamic_batching", "vector"])
 def test_learner_recomputes_the_actors_policy_exactly(inference):
     """With the actors' own weights, the learner's unroll over their
     trajectories gives back the behaviour policy: every log rho is 0.
@@ -422,7 +481,8 @@ def test_learner_recomputes_the_actors_policy_exactly(inference):
     action and core state produced each recorded action, and the step shared
     by consecutive unrolls): any shift by one step, or a core state carried
     wrongly between unrolls, makes the probabilities differ. (Shifting the
-    learner's outputs by one step fails it.)
+    learner's outputs by one step fails it.) "vector": one actor stepping
+    both environments (--envs_per_actor=2), inference on a batch of 2.
     """
     level, config = "atari/pong", small_config()
     with tf.Graph().as_default():
@@ -432,11 +492,20 @@ def test_learner_recomputes_the_actors_policy_exactly(inference):
             agent, "/cpu:0", dynamic=inference == "dynamic_batching"
         )
         assert batched == (inference == "dynamic_batching")
-        outputs = []
-        for i in range(2):
-            _, env = actors.create_environment(level, i + 1, config.environment)
-            output, _ = actors.build_actor(agent, env, level, UNROLL, inference_fn)
-            outputs.append(output)
+        envs = [
+            actors.create_environment(level, i + 1, config.environment)[1]
+            for i in range(2)
+        ]
+        if inference == "vector":
+            vector, _ = actors.build_vector_actor(agent, envs, level, UNROLL)
+            outputs = [
+                tf.nest.map_structure(lambda t, k=k: t[k], vector) for k in (0, 1)
+            ]
+        else:
+            outputs = [
+                actors.build_actor(agent, env, level, UNROLL, inference_fn)[0]
+                for env in envs
+            ]
         # The learner reads the very unrolls the actors produce in the same
         # session.run, before any update.
         batch = pipeline.stack_unrolls(outputs)

@@ -338,6 +338,44 @@ def test_killed_and_hung_environments_restart_and_training_reaches_its_target(
 
 
 @pytest.mark.slow
+def test_actor_of_two_environments_survives_one_killed(tmp_path):
+    """--envs_per_actor=2, one actor: one of its two environment processes is
+    SIGKILLed mid-run; that one restarts, training reaches its target and
+    every environment process is gone afterwards."""
+    run = Run(
+        str(tmp_path / "run"),
+        "vector_env_kill",
+        "--num_actors=1",
+        "--envs_per_actor=2",
+        f"--total_environment_frames={ENV_KILL_TARGET}",
+        "--save_checkpoint_secs=2",
+    )
+    try:
+        run.wait_for(r"Saving checkpoints for [1-9]\d* ")
+        pids = environment_pids(run.process.pid)
+        assert len(pids) == 2, f"environment processes: {pids}"
+        os.kill(pids[0], signal.SIGKILL)
+        returncode = run.wait()
+    finally:
+        run.kill()
+    output = run.output()
+    assert returncode == 0, output[-4000:]
+    assert "1 actor x 2 environments" in output
+    assert re.search(
+        rf"Actor 0 \(atari/pong\): environment failed: PyProcess \w+ "
+        rf"\(pid {pids[0]}\) died: killed by signal SIGKILL",
+        output,
+    ), output[-4000:]
+    restarted = re.findall(
+        r"Actor 0 \(atari/pong\): environment restarted \(pid (\d+)\)", output
+    )
+    assert len(restarted) == 1 and int(restarted[0]) not in pids, output[-4000:]
+    done = re.search(r"Training done: (\d+) environment frames", output)
+    assert done and int(done.group(1)) >= ENV_KILL_TARGET, output[-3000:]
+    assert wait_until_gone([pids[1], int(restarted[0])]) == []
+
+
+@pytest.mark.slow
 def test_environment_restarts_go_to_tensorboard(env_kill_run, logdir):
     restarts = []
     for path in glob.glob(os.path.join(logdir, "events.out.tfevents.*")):
@@ -577,9 +615,12 @@ class FakeSession:
             self.enqueue()
 
 
-def run_actor(process: FakeEnvProcess, enqueue, monkeypatch, timeout: float = 10):
+def run_actor(process, enqueue, monkeypatch, timeout: float = 10):
+    """Runs an ActorRunner over `process` (a FakeEnvProcess, or a tuple of
+    them for an actor of several environments) until its thread ends."""
     monkeypatch.setattr(actors, "ENV_RESTART_DELAY_SECS", 0.01)
-    actor = actors.Actor(0, "atari/pong", process, None, "enqueue", "reset_actor")
+    processes = process if isinstance(process, tuple) else (process,)
+    actor = actors.Actor(0, "atari/pong", processes, None, "enqueue", "reset_actor")
     runner = actors.ActorRunner(actor)
     session = FakeSession(enqueue)
     coord = tf.train.Coordinator()
@@ -615,6 +656,26 @@ def test_actor_restarts_its_environment_and_goes_on(monkeypatch):
     assert process.restarts == runner.environment_restarts == 3
     assert session.ran.count("reset_actor") == 3
     assert runner.unrolls == 4  # 8 unrolls: 3 dropped, the last one cancelled.
+
+
+def test_actor_of_several_environments_restarts_only_the_failed_one(monkeypatch):
+    processes = tuple(FakeEnvProcess(restarts_fail=False) for _ in range(3))
+    calls = []
+
+    def enqueue():
+        calls.append(1)
+        if len(calls) == 2:
+            dies(processes[1])
+        if len(calls) == 4:
+            raise tf.errors.CancelledError(None, None, "queue closed")
+
+    runner, session, coord = run_actor(processes, enqueue, monkeypatch)
+    assert not coord.should_stop()
+    assert [p.restarts for p in processes] == [0, 1, 0]
+    assert runner.environment_restarts == 1
+    # The whole actor is reset: every environment's initial() runs again.
+    assert session.ran.count("reset_actor") == 1
+    assert runner.unrolls == 2
 
 
 def test_actor_gives_up_after_repeated_failures(monkeypatch):
