@@ -365,10 +365,11 @@ def copy_weights_op(source: agent_lib.Agent, target: agent_lib.Agent) -> tf.Oper
 
 def build_actor_task(
     cluster_config: cluster.ClusterConfig, config: Config
-) -> tuple[ActorTaskOps, py_process.PyProcess]:
-    """This actor task's graph (call inside a fresh graph).
+) -> tuple[ActorTaskOps, tuple[py_process.PyProcess, ...]]:
+    """This actor task's graph (call inside a fresh graph), and its
+    environment processes (--envs_per_actor of them).
 
-    The environment, the local agent copy and the unroll live on this task.
+    The environments, the local agent copy and the unroll live on this task.
     The queue, the global agent variables and the cluster state are declared
     on the learner with the names they have there, so they are the learner's.
     """
@@ -376,24 +377,36 @@ def build_actor_task(
     task = cluster_config.task
     level_names = config.environment.level_names
     level_name = level_names[task % len(level_names)]
+    num_envs = config.run.envs_per_actor
     with tf.device(cluster_config.device):
         local_agent = actors.create_agent(config.agent, name=LOCAL_AGENT_NAME)
-        process, env = actors.create_environment(
-            level_name, config.run.seed + task, config.environment
+        processes, envs = zip(
+            *(
+                actors.create_environment(
+                    level_name,
+                    config.run.seed + task * num_envs + k,
+                    config.environment,
+                )
+                for k in range(num_envs)
+            ),
+            strict=True,
         )
-        output, state_initializer = actors.build_actor(
-            local_agent, env, level_name, config.learner.unroll_length
+        # [K, ...]: one unroll per environment.
+        output, state_initializer = actors.build_vector_actor(
+            local_agent, list(envs), level_name, config.learner.unroll_length
         )
         _make_local(local_agent.variables)
-        specs = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), output)
-        # The unroll is fetched, then fed to the enqueue: an enqueue that
-        # times out (full queue) can be retried with the same unroll.
+        specs = tf.nest.map_structure(
+            lambda t: tf.TensorSpec(t.shape[1:], t.dtype), output
+        )
+        # The unrolls are fetched, then fed to the enqueue: an enqueue that
+        # times out (full queue) can be retried with the same unrolls.
         placeholders = tf.nest.map_structure(
-            lambda s: tf.compat.v1.placeholder(s.dtype, s.shape), specs
+            lambda t: tf.compat.v1.placeholder(t.dtype, t.shape), output
         )
     with tf.device(learner):
         queue = pipeline.create_queue(specs)
-        enqueue = queue.enqueue(tf.nest.flatten(placeholders))
+        enqueue = queue.enqueue_many(tf.nest.flatten(placeholders))
     with tf.device(f"{learner}/cpu:0"):
         # Declares the learner's variables here; the ops of this call never run.
         global_agent = actors.create_agent(config.agent)
@@ -421,7 +434,7 @@ def build_actor_task(
         confirm_finished=confirm_finished,
         uninitialized=uninitialized,
     )
-    return ops, process
+    return ops, processes
 
 
 def run_actor_task(
@@ -453,7 +466,7 @@ def run_actor_task(
     )
     with tf.Graph().as_default():
         tf.compat.v1.set_random_seed(config.run.seed + task)
-        ops, process = build_actor_task(cluster_config, config)
+        ops, processes = build_actor_task(cluster_config, config)
         # Short waits, so that a signal is noticed while the learner is down.
         creator = cluster.worker_session_creator(
             cluster_config,
@@ -465,7 +478,8 @@ def run_actor_task(
             max_wait_secs=2.0,
             log_every_secs=3600.0,
         )
-        process.start()
+        for process in processes:
+            process.start()
         try:
             while not shutdown.requested:
                 session = _connect(
@@ -478,7 +492,7 @@ def run_actor_task(
                     break
                 finished = False
                 try:
-                    _act(session, ops, process, cluster_config, shutdown)
+                    _act(session, ops, processes, cluster_config, shutdown)
                 except TrainingFinished:
                     finished = True
                     logging.info(
@@ -506,7 +520,8 @@ def run_actor_task(
                         closing.join(SESSION_CLOSE_WAIT_SECS)
                 time.sleep(RECONNECT_PAUSE_SECS)
         finally:
-            process.close()
+            for process in processes:
+                process.close()
     logging.info("Actor %d: stopped by a signal.", task)
 
 
@@ -600,7 +615,7 @@ def _remote_run(session, fetches, what: str, timeout_ms: int = REMOTE_CALL_TIMEO
 def _act(
     session,
     ops: ActorTaskOps,
-    process: py_process.PyProcess,
+    processes: tuple[py_process.PyProcess, ...],
     config: cluster.ClusterConfig,
     shutdown: ShutdownRequest,
 ) -> None:
@@ -613,13 +628,17 @@ def _act(
     unrolls, last_log, last_unrolls = 0, time.monotonic(), 0
     while not shutdown.requested:
         _remote_run(session, ops.sync_weights, "copying the learner's weights")
-        values = _unroll(session, ops, process, config.task, shutdown)
+        values = _unroll(session, ops, processes, config.task, shutdown)
         if values is None or not _send_unroll(session, ops, values, config, shutdown):
             return
-        unrolls += 1
+        unrolls += len(processes)
         now = time.monotonic()
-        if unrolls == 1:
-            logging.info("Actor %d: first unroll sent to the learner.", config.task)
+        if unrolls == len(processes):
+            logging.info(
+                "Actor %d: first unroll sent to the learner (one per environment: %d).",
+                config.task,
+                len(processes),
+            )
         elif now - last_log >= PROGRESS_SECS:
             logging.info(
                 "Actor %d: %d unrolls sent (%.2f unrolls/s).",
@@ -633,28 +652,33 @@ def _act(
 def _unroll(
     session,
     ops: ActorTaskOps,
-    process: py_process.PyProcess,
+    processes: tuple[py_process.PyProcess, ...],
     task: int,
     shutdown: ShutdownRequest,
 ):
-    """Runs one unroll (all on this task); restarts a dead environment.
+    """Runs one unroll of each environment (all on this task); restarts the
+    dead ones (and resets all of them).
 
     Returns None when a signal stops the task (a SIGTERM to the process group
-    also ends the environment process: no restart then).
+    also ends the environment processes: no restart then).
     """
     try:
         return session.run(ops.output)
     except tf.errors.OpError as e:
         if shutdown.requested:
             return None
-        if process.alive:
+        dead = [p for p in processes if not p.alive]
+        if not dead:
             raise
         logging.warning(
-            "Actor %d: its environment process died (%s); restarting it.",
+            "Actor %d: %d of its environment processes died (%s); restarting %s.",
             task,
+            len(dead),
             first_line(e),
+            "it" if len(dead) == 1 else "them",
         )
-    process.restart()
+    for process in dead:
+        process.restart()
     session.run(ops.state_initializer)
     return session.run(ops.output)
 

@@ -176,13 +176,19 @@ def _grid_with_k(agent: str, actors, k: int) -> list[dict]:
 # envs_per_actor > 1 is new in issue 15: those configurations run on the
 # current code only (a baseline from before has no such flag).
 PARTS["vector"] = _vector_configs()
-# The issue-15 table: shallow 1-16 actors and deep 4-16 actors, one
-# environment per actor (batching on) and K environments per actor.
+# The issue-15 table (run it with --baseline_code: the one-environment rows
+# also run on the code before): shallow 1-16 actors and deep 4 and 16
+# actors, one environment per actor (batching on) and K environments per
+# actor; then MonoBeast's settings (4 actors, unroll 80).
 PARTS["grid15"] = [
     *_grid_with_k("shallow", (1, 2, 4, 8, 16), 1),
     *_grid_with_k("shallow", (1, 2, 4, 8, 16), 4),
-    *_grid_with_k("deep", (4, 8, 16), 1),
-    *_grid_with_k("deep", (4, 8, 16), 4),
+    *_grid_with_k("shallow", (8,), 2),
+    *_grid_with_k("shallow", (8,), 8),
+    *_grid_with_k("deep", (4, 16), 1),
+    *_grid_with_k("deep", (4, 16), 4),
+    *[dict(c, unroll_length=80) for c in _grid_with_k("shallow", (4,), 1)],
+    *[dict(c, unroll_length=80) for c in _grid_with_k("shallow", (4,), 4)],
 ]
 
 
@@ -507,7 +513,62 @@ def cpu_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def plot_grid15(result: dict, out: str) -> None:
+    """benchmarks/plots/throughput_issue15.png: frames/s and fraction of the
+    ceiling against actors, per agent and environments per actor."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    series: dict[tuple, list] = {}
+    for run in result["runs"]:
+        c = run["config"]
+        if "frames_per_s" in run and c["unroll_length"] == 20:
+            key = (c["agent"], c.get("envs_per_actor", 1), run["code"])
+            series.setdefault(key, []).append(run)
+    ceiling = result["ceiling_frames_per_s"]
+    for (agent, k, code), runs in sorted(series.items()):
+        runs.sort(key=lambda r: r["config"]["num_actors"])
+        xs = [r["config"]["num_actors"] for r in runs]
+        fps = [r["frames_per_s"] for r in runs]
+        label = f"{agent}, {k} env{'s' if k > 1 else ''} per actor" + (
+            " (dynamic batching)" if k == 1 else ""
+        )
+        if code != "current":
+            label += f", {code}"
+        style = ":^" if code != "current" else ("-o" if k == 1 else "--s")
+        axes[0].plot(xs, fps, style, label=label)
+        axes[1].plot(xs, [f / ceiling for f in fps], style, label=label)
+    axes[0].axhline(ceiling, color="grey", lw=0.8, ls=":")
+    axes[0].text(1, ceiling, " raw-ALE ceiling", va="bottom", fontsize=8, color="grey")
+    axes[1].axhline(0.30, color="tab:red", lw=0.8, ls=":")
+    axes[1].text(1, 0.30, " target 30 % (shallow)", va="bottom", fontsize=8)
+    for ax in axes:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks([1, 2, 4, 8, 16], ["1", "2", "4", "8", "16"])
+        ax.set_xlabel("actors (threads)")
+        ax.grid(alpha=0.3)
+    axes[0].set_yscale("log")
+    axes[0].set_ylabel("environment frames/s (steady window)")
+    axes[1].set_ylabel("fraction of the raw-ALE ceiling (same invocation)")
+    axes[0].legend(fontsize=8)
+    fig.suptitle(
+        "atari/pong, batch 8, unroll 20, 2-core CPU: environments per actor",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    print(f"Wrote {out}")
+
+
 def plot() -> None:
+    grid15 = os.path.join(RESULTS_DIR, "throughput_grid15.json")
+    if os.path.exists(grid15):
+        with open(grid15) as f:
+            os.makedirs(PLOTS_DIR, exist_ok=True)
+            plot_grid15(json.load(f), os.path.join(PLOTS_DIR, "throughput_issue15.png"))
     import matplotlib
 
     matplotlib.use("Agg")

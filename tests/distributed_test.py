@@ -23,6 +23,7 @@ several seconds of TensorFlow start-up):
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import json
 import os
@@ -81,19 +82,29 @@ def _queue_attrs(graph: tf.Graph):
     )
 
 
-def test_actor_graph_declares_the_learners_queue_and_variables():
+@pytest.mark.parametrize("envs_per_actor", [1, 2])
+def test_actor_graph_declares_the_learners_queue_and_variables(envs_per_actor):
     """An actor task refers to the learner's queue and variables by declaring
-    them with the same names, shapes and devices: checked on the two graphs."""
+    them with the same names, shapes and devices: checked on the two graphs.
+    With --envs_per_actor=K it sends K unrolls at a time into the same queue."""
     learner_config = cluster.ClusterConfig(
         "localhost:1", ("localhost:2", "localhost:3"), "learner", 0
     )
     actor_config = learner_config._replace(job_name="actor", task=1)
     learner_cpu = "/job:learner/task:0/device:CPU:0"
     config = small_config()
+    config = dataclasses.replace(
+        config, run=dataclasses.replace(config.run, envs_per_actor=envs_per_actor)
+    )
     with tf.Graph().as_default() as actor_graph:
-        ops, _ = distributed.build_actor_task(actor_config, config)
-    # The learner builds its queue from actor_output_specs(), the same specs.
-    specs = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), ops.output)
+        ops, processes = distributed.build_actor_task(actor_config, config)
+    assert len(processes) == envs_per_actor
+    assert ops.output.env_outputs.reward.shape[0] == envs_per_actor
+    # The learner builds its queue from actor_output_specs(), the same specs
+    # as one of the K unrolls.
+    specs = tf.nest.map_structure(
+        lambda t: tf.TensorSpec(t.shape[1:], t.dtype), ops.output
+    )
     assert specs == actors.actor_output_specs(
         config.environment, config.agent, config.learner.unroll_length
     )
@@ -319,7 +330,10 @@ def assert_exit_0(tasks: Tasks, name: str, process: subprocess.Popen, timeout):
 
 
 @pytest.mark.slow
-def test_launcher_trains_a_learner_and_two_actors_to_the_target(tasks, tmp_path):
+@pytest.mark.parametrize("envs_per_actor", [1, 2])
+def test_launcher_trains_a_learner_and_two_actors_to_the_target(
+    tasks, tmp_path, envs_per_actor
+):
     logdir = str(tmp_path / "run")
     launcher = tasks.start(
         "launch",
@@ -328,6 +342,7 @@ def test_launcher_trains_a_learner_and_two_actors_to_the_target(tasks, tmp_path)
             "--num_actors=2",
             f"--logdir={logdir}",
             *SMALL,
+            f"--envs_per_actor={envs_per_actor}",
             "--total_environment_frames=2000",
         ],
     )
@@ -348,7 +363,10 @@ def test_launcher_trains_a_learner_and_two_actors_to_the_target(tasks, tmp_path)
     assert "Training done" in learner_log
     assert "2 of 2 actor task(s) confirmed the end of training" in learner_log
     for i in range(2):
-        assert "learner finished" in task_log(f"actor_{i}")
+        actor_log = task_log(f"actor_{i}")
+        assert "learner finished" in actor_log
+        # Each actor task steps K environments and sends K unrolls a round.
+        assert f"(one per environment: {envs_per_actor})" in actor_log
     assert saved_frames(logdir) >= 2000
 
 
