@@ -513,6 +513,15 @@ def cpu_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def _actor_axes(axes, xlabel: str) -> None:
+    """Log-2 actor counts 1-16 on the x axis of every panel."""
+    for ax in axes:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks([1, 2, 4, 8, 16], ["1", "2", "4", "8", "16"])
+        ax.set_xlabel(xlabel)
+        ax.grid(alpha=0.3)
+
+
 def plot_grid15(result: dict, out: str) -> None:
     """benchmarks/plots/throughput_issue15.png: frames/s and fraction of the
     ceiling against actors, per agent and environments per actor."""
@@ -545,11 +554,7 @@ def plot_grid15(result: dict, out: str) -> None:
     axes[0].text(1, ceiling, " raw-ALE ceiling", va="bottom", fontsize=8, color="grey")
     axes[1].axhline(0.30, color="tab:red", lw=0.8, ls=":")
     axes[1].text(1, 0.30, " target 30 % (shallow)", va="bottom", fontsize=8)
-    for ax in axes:
-        ax.set_xscale("log", base=2)
-        ax.set_xticks([1, 2, 4, 8, 16], ["1", "2", "4", "8", "16"])
-        ax.set_xlabel("actors (threads)")
-        ax.grid(alpha=0.3)
+    _actor_axes(axes, "actors (threads)")
     axes[0].set_yscale("log")
     axes[0].set_ylabel("environment frames/s (steady window)")
     axes[1].set_ylabel("fraction of the raw-ALE ceiling (same invocation)")
@@ -631,11 +636,7 @@ def plot() -> None:
         fontsize=8,
         color="grey",
     )
-    for ax in axes:
-        ax.set_xscale("log", base=2)
-        ax.set_xticks([1, 2, 4, 8, 16], ["1", "2", "4", "8", "16"])
-        ax.set_xlabel("actors (threads, one environment process each)")
-        ax.grid(alpha=0.3)
+    _actor_axes(axes, "actors (threads, one environment process each)")
     axes[0].set_yscale("log")
     axes[0].set_ylabel("environment frames/s (steady window, log scale)")
     axes[1].set_ylabel("fraction of the raw-ALE ceiling (same invocation)")
