@@ -173,6 +173,12 @@ def build_learner(
     summary.scalar("loss/entropy", entropy_loss)
     summary.scalar("policy_entropy", entropy)
     summary.scalar("gradient_global_norm", global_norm)
+    # 0 when the learner's policy is the actors' (no update in between); it
+    # grows with the policy lag, and any misalignment of actions, states or
+    # observations on their way through the queue shows here.
+    summary.scalar(
+        "vtrace/mean_abs_log_rho", tf.reduce_mean(tf.abs(vtrace_returns.log_rhos))
+    )
     return LearnerOutputs(
         train_and_count=train_and_count,
         done=done,

@@ -7,6 +7,7 @@ config objects; the command line parsed with experiment.parse_flags). Every
 subprocess has a timeout, so a hang fails the test instead of stalling CI.
 """
 
+import dataclasses
 import glob
 import json
 import os
@@ -527,6 +528,70 @@ def test_learner_recomputes_the_actors_policy_exactly(inference):
                 assert log_rhos.shape == (UNROLL, 2)
                 assert np.all(behaviour < 0)  # real, non-trivial policies
                 np.testing.assert_allclose(log_rhos, 0.0, atol=1e-4)
+
+
+def pipeline_log_rhos(envs_per_actor: int, learning_rate: float, steps: int):
+    """max |log rho| of each of `steps` learner updates of the whole
+    single-machine pipeline: actor threads (dynamic batching with one
+    environment per actor, a batch of K otherwise), the queue, dequeue_many,
+    the staging area and the learner's unroll, built as experiment.train
+    builds them."""
+    config = small_config(learning_rate=learning_rate)
+    config = dataclasses.replace(
+        config, run=dataclasses.replace(config.run, envs_per_actor=envs_per_actor)
+    )
+    run, learner_config = config.run, config.learner
+    specs = actors.actor_output_specs(
+        config.environment, config.agent, learner_config.unroll_length
+    )
+    with tf.Graph().as_default():
+        tf.compat.v1.set_random_seed(3)
+        agent = actors.create_agent(config.agent)
+        queue = pipeline.create_queue(specs)
+        learner_pipeline = pipeline.build_learner_pipeline(
+            agent, queue, specs, learner_config, "/cpu:0"
+        )
+        inference_fn, _ = actors.make_inference_fn(
+            agent, "/cpu:0", True, envs_per_actor
+        )
+        actor_list = actors.build_actors(
+            agent,
+            config.environment,
+            run.num_actors,
+            learner_config.unroll_length,
+            run.seed,
+            queue,
+            inference_fn,
+            envs_per_actor,
+        )
+        hooks = [
+            actors.ActorRunnerHook(
+                [actors.ActorRunner(a) for a in actor_list],
+                queue.close(cancel_pending_enqueues=True),
+            ),
+            py_process.PyProcessHook(),
+        ]
+        learner = learner_pipeline.learner
+        fetches = (learner.train_and_count, learner.vtrace_returns.log_rhos)
+        with tf.compat.v1.train.MonitoredSession(hooks=hooks) as session:
+            session.run(learner_pipeline.stage_op)
+            maxima = []
+            for _ in range(steps):
+                _, log_rhos = session.run((fetches, learner_pipeline.stage_op))[0]
+                maxima.append(float(np.max(np.abs(log_rhos))))
+    return maxima
+
+
+@pytest.mark.parametrize("envs_per_actor", [1, 2])
+def test_training_pipeline_pairs_each_action_with_its_policy(envs_per_actor):
+    """With learning rate 0 the learner's policy is the actors', so every
+    log rho of every batch that comes through the real pipeline is 0: each
+    action reaches the learner with the observation, core state and last
+    action that produced it, K environments per actor included. With
+    updates (the control) the learner's policy moves ahead of the actors'
+    and the log rhos do not stay 0, so the check can fail."""
+    assert max(pipeline_log_rhos(envs_per_actor, 0.0, steps=6)) < 1e-4
+    assert max(pipeline_log_rhos(envs_per_actor, 0.01, steps=6)) > 1e-3
 
 
 def test_learner_updates_lower_the_loss_on_a_fixed_batch():
