@@ -305,6 +305,18 @@ def test_training_on_exported_weights_is_a_clear_error(trained, tmp_path, capsys
 
 
 @pytest.mark.slow
+def test_unwritable_video_dir_is_a_clear_error(trained, tmp_path, capsys):
+    weights = str(tmp_path / "weights")
+    checkpoints.export_weights(trained.logdir, weights)
+    code = run_command_line(
+        *SMALL, f"--logdir={weights}", "--mode=test", "--test_video_dir=/etc/passwd/x"
+    )
+    assert code == 2
+    check_one_error_line(capsys.readouterr().err, "--test_video_dir=/etc/passwd/x")
+    assert not os.path.exists(os.path.join(weights, experiment.TEST_RESULTS_FILE))
+
+
+@pytest.mark.slow
 def test_checkpoint_of_another_agent_is_a_clear_error(trained, capsys):
     code = run_command_line(
         "--level_name=atari/pong", f"--logdir={trained.logdir}", "--mode=test"
@@ -380,6 +392,7 @@ def test_bad_flags_exit_nonzero_with_one_line(bad_flag_runs, name):
         (["--total_environment_frames=-5"], "--total_environment_frames=-5"),
         (["--num_actors=0"], "--num_actors=0"),
         (["--unroll_length=0"], "--unroll_length=0"),
+        (["--envs_per_actor=0"], "--envs_per_actor=0"),
         (["--mode=test"], "no checkpoint"),
         (["--level_name=explore_goal_locations_small"], "DeepMind Lab"),
     ],
