@@ -132,9 +132,13 @@ def _stack(nests: list) -> object:
     return tf.nest.map_structure(lambda *ts: tf.stack(ts), *nests)
 
 
-def _batch_major(t: tf.Tensor) -> tf.Tensor:
-    """[T + 1, K, ...] -> [K, T + 1, ...]."""
-    return tf.transpose(t, [1, 0, *range(2, t.shape.rank)])
+def swap_leading_axes(t: tf.Tensor) -> tf.Tensor:
+    """[A, B, ...] -> [B, A, ...] (time-major <-> batch-major; A static).
+
+    Unstacked and restacked rather than transposed: oneDNN has no uint8
+    transpose and logs an error for the frames.
+    """
+    return tf.stack(tf.unstack(t, axis=0), axis=1)
 
 
 def build_vector_actor(
@@ -220,7 +224,7 @@ def build_vector_actor(
             _, first_env_output, first_core_state, first_agent_output = first
             _, env_outputs, _, agent_outputs = outputs
             full_env_outputs, full_agent_outputs = tf.nest.map_structure(
-                lambda first_t, rest: _batch_major(
+                lambda first_t, rest: swap_leading_axes(
                     tf.concat([first_t[None], rest], axis=0)
                 ),
                 (first_env_output, first_agent_output),
@@ -228,6 +232,8 @@ def build_vector_actor(
             )
             output = ActorOutput(
                 level_name=tf.fill([num_envs], level_name),
+                # An op inside the control dependencies: the state is read
+                # before the assignments, the output returned after them.
                 agent_state=tf.nest.map_structure(tf.identity, first_core_state),
                 env_outputs=full_env_outputs,
                 agent_outputs=full_agent_outputs,

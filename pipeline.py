@@ -23,7 +23,7 @@ import checkpoints
 import learner as learner_lib
 import progress
 import sessions
-from actors import ActorOutput
+from actors import ActorOutput, swap_leading_axes
 from config import Config, LearnerConfig
 from errors import EnvironmentFailedError, NonFiniteUpdateError
 
@@ -119,16 +119,11 @@ def time_major(batch: ActorOutput) -> ActorOutput:
     learner's layout: env_outputs and agent_outputs [T + 1, B, ...];
     level_name [B] and agent_state [B, ...] stay batch-major.
 
-    Unstacked on axis 0 and restacked on axis 1 rather than transposed, for
-    the same reason as in `stack_unrolls`; B must be static.
+    B must be static (actors.swap_leading_axes).
     """
-
-    def swap(t: tf.Tensor) -> tf.Tensor:
-        return tf.stack(tf.unstack(t, axis=0), axis=1)
-
     return batch._replace(
-        env_outputs=tf.nest.map_structure(swap, batch.env_outputs),
-        agent_outputs=tf.nest.map_structure(swap, batch.agent_outputs),
+        env_outputs=tf.nest.map_structure(swap_leading_axes, batch.env_outputs),
+        agent_outputs=tf.nest.map_structure(swap_leading_axes, batch.agent_outputs),
     )
 
 
