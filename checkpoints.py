@@ -255,6 +255,22 @@ def check_checkpoint_fits(checkpoint: str | None, logdir: str, model: str) -> No
             )
 
 
+def saved_torso(logdir: str, torsos: tuple[str, ...]) -> str | None:
+    """Which of `torsos` ('deep', 'shallow') the newest checkpoint in `logdir`
+    holds, read from its variable names (agent/<torso>_torso/...); None when
+    there is no readable checkpoint or it holds none of them."""
+    for prefix in find_checkpoints(logdir):
+        try:
+            names = [name for name, _ in tf.train.list_variables(prefix)]
+        except Exception:  # noqa: BLE001 - a damaged one: try the next.
+            continue
+        for torso in torsos:
+            if any(name.startswith(f"agent/{torso}_torso/") for name in names):
+                return torso
+        return None
+    return None
+
+
 def is_weight(name: str) -> bool:
     """Whether checkpoint variable `name` is one of the agent's weights (not
     an optimiser slot such as agent/.../w/RMSProp, not the frame counter)."""

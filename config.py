@@ -70,6 +70,13 @@ class LearnerConfig:
     momentum: float = 0.0
     epsilon: float = 0.1
     max_grad_norm: float = 0.0
+    # Frames over which the learning rate decays linearly to 0; 0 means
+    # total_environment_frames (the paper's schedule).
+    learning_rate_decay_frames: int = 0
+
+    @property
+    def decay_frames(self) -> int:
+        return self.learning_rate_decay_frames or self.total_environment_frames
 
     @property
     def frames_per_update(self) -> int:

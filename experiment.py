@@ -126,6 +126,12 @@ flags.DEFINE_integer("height", 72, "Frame height (DeepMind Lab).")
 
 # Optimizer.
 flags.DEFINE_float("learning_rate", 0.00048, "Learning rate.")
+flags.DEFINE_integer(
+    "learning_rate_decay_frames",
+    0,
+    "Environment frames over which the learning rate decays linearly to 0 "
+    "(and stays 0 after); 0 means --total_environment_frames.",
+)
 flags.DEFINE_float("decay", 0.99, "RMSProp optimizer decay.")
 flags.DEFINE_float("momentum", 0.0, "RMSProp momentum.")
 flags.DEFINE_float("epsilon", 0.1, "RMSProp epsilon.")
@@ -218,6 +224,12 @@ def validate_flags(f) -> None:
         "total_environment_frames",
         "training needs a positive frame target, e.g. "
         "--total_environment_frames=1000000000.",
+    )
+    require(
+        f.learning_rate_decay_frames >= 0,
+        "learning_rate_decay_frames",
+        "use a positive number of frames, or 0 to decay over "
+        "--total_environment_frames.",
     )
     # The learner takes batch_size unrolls per update from a queue the actors
     # fill one unroll at a time, so any number of actors >= 1 fills any batch
@@ -314,7 +326,7 @@ def config_from_flags(f: flags.FlagValues) -> Config:
             level_cache_dir=level_cache_dir(f, level_name),
         ),
         agent=AgentConfig(
-            torso=f.agent,
+            torso=agent_torso(f),
             num_actions=num_actions,
             use_instruction=environments.has_instructions(level_names),
         ),
@@ -332,8 +344,28 @@ def config_from_flags(f: flags.FlagValues) -> Config:
             momentum=f.momentum,
             epsilon=f.epsilon,
             max_grad_norm=f.max_grad_norm,
+            learning_rate_decay_frames=f.learning_rate_decay_frames,
         ),
     )
+
+
+def agent_torso(f: flags.FlagValues) -> str:
+    """--agent; in test mode without --agent on the command line, the torso
+    of the checkpoint in --logdir, so that weights trained with either agent
+    (pretrained/atari_pong is shallow) evaluate without repeating the flag."""
+    if f.mode != "test" or f["agent"].present:
+        return f.agent
+    torso = checkpoints.saved_torso(f.logdir, agent_lib.TORSOS)
+    if torso is None or torso == f.agent:
+        return f.agent
+    logging.info(
+        "--mode=test: the checkpoint in %s holds the %s agent; evaluating it "
+        "with --agent=%s.",
+        f.logdir,
+        torso,
+        torso,
+    )
+    return torso
 
 
 def level_cache_dir(f: flags.FlagValues, level_name: str) -> str:

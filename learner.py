@@ -4,7 +4,8 @@
 (`[T + 1, B, ...]`, step 0 being the last step of the previous unroll),
 unrolls the agent over it, computes V-trace targets (vtrace.py) and the
 paper's loss, and applies one RMSProp step whose learning rate decays
-linearly to zero over the run's environment frames. The global step counts
+linearly to zero over the run's environment frames (or over
+`learning_rate_decay_frames`, then stays zero). The global step counts
 environment frames. Where the batch comes from (queues, staging) is
 pipeline.py's business.
 
@@ -139,7 +140,7 @@ def build_learner(
     learning_rate = tf.compat.v1.train.polynomial_decay(
         config.learning_rate,
         num_env_frames,
-        max(config.total_environment_frames, 1),
+        max(config.decay_frames, 1),
         end_learning_rate=0.0,
     )
     optimizer = tf.compat.v1.train.RMSPropOptimizer(

@@ -269,14 +269,19 @@ def test_exported_weights_play_in_test_mode_and_write_a_video(trained, tmp_path)
         )
 
     videos = tmp_path / "videos"
+    # The README's command for pretrained weights: no --agent (the default
+    # is deep); test mode reads the torso from the checkpoint.
     result = run_experiment(
-        *SMALL,
+        "--level_name=atari/pong",
         f"--logdir={weights}",
         "--mode=test",
         "--test_num_episodes=2",
         f"--test_video_dir={videos}",
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "holds the shallow agent; evaluating it with --agent=shallow" in (
+        result.stderr
+    )
     with open(os.path.join(weights, experiment.TEST_RESULTS_FILE)) as f:
         first_return = json.load(f)["levels"]["atari/pong"]["returns"][0]
     # One GIF: the first episode, its return in the name.
@@ -318,9 +323,14 @@ def test_unwritable_video_dir_is_a_clear_error(trained, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_checkpoint_of_another_agent_is_a_clear_error(trained, capsys):
+    # --agent given (test mode reads the torso from the checkpoint only when
+    # it is not); the run was shallow.
     code = run_command_line(
-        "--level_name=atari/pong", f"--logdir={trained.logdir}", "--mode=test"
-    )  # --agent=deep, the default; the run was shallow
+        "--level_name=atari/pong",
+        f"--logdir={trained.logdir}",
+        "--mode=test",
+        "--agent=deep",
+    )
     assert code == 2
     check_one_error_line(capsys.readouterr().err, "checkpoint does not fit")
 
@@ -393,6 +403,7 @@ def test_bad_flags_exit_nonzero_with_one_line(bad_flag_runs, name):
         (["--num_actors=0"], "--num_actors=0"),
         (["--unroll_length=0"], "--unroll_length=0"),
         (["--envs_per_actor=0"], "--envs_per_actor=0"),
+        (["--learning_rate_decay_frames=-1"], "--learning_rate_decay_frames=-1"),
         (["--mode=test"], "no checkpoint"),
         (["--level_name=explore_goal_locations_small"], "DeepMind Lab"),
     ],
@@ -639,6 +650,46 @@ def test_learner_updates_lower_the_loss_on_a_fixed_batch():
     surrogate_before = -np.sum(log_probs_before * advantages)
     surrogate_after = -np.sum(log_probs_after * advantages)
     assert surrogate_after < surrogate_before, (surrogate_before, surrogate_after)
+
+
+@pytest.mark.parametrize(
+    "decay_frames,expected",
+    [
+        # 0: over --total_environment_frames (10**6 here), the paper's way.
+        (0, {0: 6e-4, 250_000: 4.5e-4, 10**6: 0.0}),
+        # A horizon past the run's end: the rate barely falls within it.
+        (10**7, {0: 6e-4, 10**6: 5.4e-4}),
+        # A horizon shorter than the run: 0 from there on, never negative.
+        (500_000, {250_000: 3e-4, 500_000: 0.0, 900_000: 0.0}),
+    ],
+)
+def test_learning_rate_decays_linearly_over_its_horizon(decay_frames, expected):
+    """The learning rate the optimiser uses at a given global step (frames),
+    with --learning_rate_decay_frames set or left 0."""
+    config = small_config(learning_rate=6e-4, learning_rate_decay_frames=decay_frames)
+    specs = actors.actor_output_specs(
+        config.environment, config.agent, config.learner.unroll_length
+    )
+    with tf.Graph().as_default():
+        agent = agent_lib.Agent(6, torso="shallow")
+        # Zeros of the real shapes: only the schedule is read here.
+        batch = pipeline.stack_unrolls(
+            [tf.nest.map_structure(lambda s: tf.zeros(s.shape, s.dtype), specs)] * 2
+        )
+        learner = learner_lib.build_learner(
+            agent,
+            batch.agent_state,
+            batch.env_outputs,
+            batch.agent_outputs,
+            config.learner,
+        )
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            for frames, rate in expected.items():
+                learner.num_env_frames.load(frames, session)
+                assert session.run(learner.learning_rate) == pytest.approx(
+                    rate, abs=1e-9
+                ), frames
 
 
 # -- episode logging ------------------------------------------------------------
