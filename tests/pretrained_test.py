@@ -12,10 +12,10 @@ import shutil
 import imageio.v3 as iio
 import numpy as np
 import tensorflow as tf
+from run_helpers import REPO_ROOT, run_experiment
 
 import agent as agent_lib
 import checkpoints
-from run_helpers import REPO_ROOT, run_experiment
 
 PRETRAINED = os.path.join(REPO_ROOT, "pretrained", "atari_pong")
 MAX_BYTES = 8 * 2**20  # the bound on committed weights
