@@ -574,6 +574,11 @@ def start_parent(tmp_path):
         stderr=subprocess.DEVNULL,
         text=True,
         start_new_session=True,
+        # SIGINT as a terminal's foreground job has it. A shell starts a
+        # background job (`cmd &`) with SIGINT ignored, the child inherits
+        # that, and Python then installs no KeyboardInterrupt handler: the
+        # Ctrl-C test would fail for how the suite was launched.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         line = bounded(parent.stdout.readline, timeout=60)
