@@ -456,6 +456,13 @@ def test_clip_rewards():
 # -- learning sanity on a fixed, real batch -------------------------------------
 
 
+def learner_on(agent, batch, learner_config):
+    """The learner built on a stacked batch (pipeline.stack_unrolls)."""
+    return learner_lib.build_learner(
+        agent, batch.agent_state, batch.env_outputs, batch.agent_outputs, learner_config
+    )
+
+
 def collect_real_batch(num_unrolls: int = 2, max_tries: int = 40):
     """Pong unrolls from real actors, each with a non-zero reward in it.
 
@@ -534,13 +541,7 @@ def test_learner_recomputes_the_actors_policy_exactly(inference):
         # The learner reads the very unrolls the actors produce in the same
         # session.run, before any update.
         batch = pipeline.stack_unrolls(outputs)
-        learner = learner_lib.build_learner(
-            agent,
-            batch.agent_state,
-            batch.env_outputs,
-            batch.agent_outputs,
-            config.learner,
-        )
+        learner = learner_on(agent, batch, config.learner)
         returns = learner.vtrace_returns
         with tf.compat.v1.train.SingularMonitoredSession(
             hooks=[py_process.PyProcessHook()]
@@ -628,9 +629,7 @@ def test_learner_updates_lower_the_loss_on_a_fixed_batch():
             [tf.nest.map_structure(tf.constant, u) for u in unrolls]
         )
         assert batch.env_outputs.reward.shape == (UNROLL + 1, 2)
-        learner = learner_lib.build_learner(
-            agent, batch.agent_state, batch.env_outputs, batch.agent_outputs, config
-        )
+        learner = learner_on(agent, batch, config)
         returns = learner.vtrace_returns
         with tf.compat.v1.Session() as session:
             session.run(tf.compat.v1.global_variables_initializer())
@@ -676,13 +675,7 @@ def test_learning_rate_decays_linearly_over_its_horizon(decay_frames, expected):
         batch = pipeline.stack_unrolls(
             [tf.nest.map_structure(lambda s: tf.zeros(s.shape, s.dtype), specs)] * 2
         )
-        learner = learner_lib.build_learner(
-            agent,
-            batch.agent_state,
-            batch.env_outputs,
-            batch.agent_outputs,
-            config.learner,
-        )
+        learner = learner_on(agent, batch, config.learner)
         with tf.compat.v1.Session() as session:
             session.run(tf.compat.v1.global_variables_initializer())
             for frames, rate in expected.items():
