@@ -14,6 +14,11 @@ rolling mean of the last --window (20) episodes as a line, and prints the
 frames and the time at which the rolling mean first reached each threshold
 (0 and +15 by default), or the best rolling mean reached.
 
+Optionally, labelled reference lines (--reference "human=30.5", repeated) and
+test-mode scores of the run's checkpoints (--test_points, the JSON that
+benchmarks/evaluate_checkpoints.py writes: whole games, where training
+episodes on Atari are single lives) drawn as black markers on both panels.
+
     python3 benchmarks/learning_curve.py --logdir /work/runs/pong_learning \\
         --log /work/runs/pong_learning.log --out benchmarks/plots/pong_learning.png
 """
@@ -145,7 +150,23 @@ def summarize(episodes: list[Episode], start: float, window: int, thresholds) ->
     return summary
 
 
-def plot(episodes, start, window, thresholds, out, title):
+def parse_references(items: list[str]) -> list[tuple[str, float]]:
+    """["human=30.5", ...] -> [("human", 30.5), ...]."""
+    references = []
+    for item in items:
+        label, sep, value = item.rpartition("=")
+        try:
+            if not sep or not label:
+                raise ValueError
+            references.append((label, float(value)))
+        except ValueError:
+            sys.exit(f"learning_curve.py: --reference={item!r} is not LABEL=NUMBER")
+    return references
+
+
+def plot(
+    episodes, start, window, thresholds, out, title, references=(), test_points=()
+):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -157,9 +178,12 @@ def plot(episodes, start, window, thresholds, out, title):
     minutes = (np.array([e.wall_time for e in episodes]) - start) / 60.0
     rolling = rolling_mean(returns, window)
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
-    for ax, x, label in (
-        (axes[0], frames, "environment frames (millions)"),
-        (axes[1], minutes, "wall-clock time (minutes since start)"),
+    test_x = x_of_test(test_points, start)
+    for panel, (ax, x, label) in enumerate(
+        (
+            (axes[0], frames, "environment frames (millions)"),
+            (axes[1], minutes, "wall-clock time (minutes since start)"),
+        )
     ):
         ax.scatter(
             x, returns, s=6, alpha=0.25, color="tab:blue", label="episode return"
@@ -173,6 +197,18 @@ def plot(episodes, start, window, thresholds, out, title):
         )
         for threshold in thresholds:
             ax.axhline(threshold, color="grey", lw=0.8, ls=":")
+        for i, (name, value) in enumerate(references):
+            color = ("tab:green", "tab:purple", "tab:brown", "tab:olive")[i % 4]
+            ax.axhline(value, color=color, lw=1.2, ls="--", label=f"{name}: {value:g}")
+        if test_points:
+            ax.plot(
+                test_x[panel],
+                [p["mean_return"] for p in test_points],
+                "k^-",
+                ms=6,
+                lw=1,
+                label="test mode, whole games (mean per checkpoint)",
+            )
         ax.set_xlabel(label)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("episode return")
@@ -181,6 +217,14 @@ def plot(episodes, start, window, thresholds, out, title):
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     fig.savefig(out, dpi=110)
+
+
+def x_of_test(test_points, start) -> tuple[list[float], list[float]]:
+    """Test points' frames (millions) and minutes since `start`."""
+    return (
+        [p["frames"] / 1e6 for p in test_points],
+        [(p["wall_time"] - start) / 60.0 for p in test_points],
+    )
 
 
 def main() -> None:
@@ -202,6 +246,16 @@ def main() -> None:
     )
     parser.add_argument("--title", default="")
     parser.add_argument("--json", help="also write the summary here")
+    parser.add_argument(
+        "--reference",
+        action="append",
+        default=[],
+        help='a labelled line, "LABEL=RETURN" (repeatable), e.g. "human=30.5"',
+    )
+    parser.add_argument(
+        "--test_points",
+        help="evaluate_checkpoints.py's JSON: test-mode means per checkpoint",
+    )
     args = parser.parse_args()
     if not args.logdir and not args.log:
         parser.error("give --logdir (events) and/or --log (log file)")
@@ -226,8 +280,26 @@ def main() -> None:
         )
     summary = summarize(episodes, start, args.window, thresholds)
     summary["source"] = source
+    references = parse_references(args.reference)
+    test_points = []
+    if args.test_points:
+        with open(args.test_points) as f:
+            test_points = sorted(json.load(f), key=lambda p: p["frames"])
+        summary["test_points"] = [
+            {"frames": p["frames"], "mean_return": p["mean_return"]}
+            for p in test_points
+        ]
     title = args.title or f"{args.logdir or args.log}: {len(episodes)} episodes"
-    plot(episodes, start, args.window, thresholds, args.out, title)
+    plot(
+        episodes,
+        start,
+        args.window,
+        thresholds,
+        args.out,
+        title,
+        references,
+        test_points,
+    )
     print(
         f"{summary['episodes']} episodes (from {source}); last at {summary['last_frames']:,} frames, {summary['last_time_s'] / 60:.1f} min."
     )
@@ -244,6 +316,11 @@ def main() -> None:
             )
         else:
             print(f"Reached {float(threshold):+g}: not (yet).")
+    for p in test_points:
+        print(
+            f"Test mode at {p['frames']:,} frames: mean {p['mean_return']:+.2f} "
+            f"over {len(p['returns'])} games."
+        )
     print(f"Plot: {args.out}")
     if args.json:
         with open(args.json, "w") as f:
