@@ -45,7 +45,8 @@ ENV_RESTART_DELAY_SECS = 1.0
 ActorOutput = collections.namedtuple(
     "ActorOutput", "level_name agent_state env_outputs agent_outputs"
 )
-# env_processes: the actor's K environment processes (K = envs_per_actor).
+# env_processes: the actor's environment processes (envs_per_actor /
+# envs_per_process of them).
 Actor = collections.namedtuple(
     "Actor", "index level_name env_processes output enqueue_op state_initializer"
 )
@@ -69,10 +70,20 @@ def create_environment(
 
     `level_name` is one of `config.level_names`.
     """
-    process = environments.create_environment(
-        level_name,
-        seed=seed,
-        is_test=is_test,
+    return create_environments(level_name, [seed], config, is_test, vector=False)
+
+
+def create_environments(
+    level_name: str,
+    seeds: list[int],
+    config: EnvironmentConfig,
+    is_test: bool = False,
+    vector: bool = True,
+) -> tuple[py_process.PyProcess, environments.FlowEnvironment]:
+    """len(seeds) environments of the level in one process (not started) and
+    their FlowEnvironment (num_envs=len(seeds)); with vector=False, one
+    environment (one seed) and an unbatched FlowEnvironment."""
+    options = dict(
         num_action_repeats=config.num_action_repeats,
         width=config.width,
         height=config.height,
@@ -83,10 +94,42 @@ def create_environment(
         # DQN/IMPALA setup); test mode always plays whole games.
         episode_life=not is_test,
     )
+    if vector:
+        process = environments.create_environment_vector(
+            level_name, seeds, is_test, **options
+        )
+    else:
+        (seed,) = seeds
+        process = environments.create_environment(level_name, seed, is_test, **options)
     # A hung environment (a stopped process, a library stuck in a loop) is
-    # killed after this long; the actor then restarts it like a dead one.
-    process.call_timeout_s = config.timeout_secs or None
-    return process, environments.FlowEnvironment(process.proxy)
+    # killed after this long; the actor then restarts it like a dead one. A
+    # process of several environments steps them in turn: it gets as many
+    # times the time.
+    process.call_timeout_s = (config.timeout_secs * len(seeds)) or None
+    num_envs = len(seeds) if vector else None
+    return process, environments.FlowEnvironment(process.proxy, num_envs)
+
+
+def actor_environments(
+    level_name: str, seeds: list[int], config: EnvironmentConfig, envs_per_process: int
+) -> tuple[tuple[py_process.PyProcess, ...], tuple[environments.FlowEnvironment, ...]]:
+    """One actor's environments, one per seed: their processes (not started)
+    and FlowEnvironments, one environment to a process, or envs_per_process
+    (a divisor of len(seeds)) to a process when it is more than 1."""
+    if envs_per_process < 1 or len(seeds) % envs_per_process:
+        raise ValueError(
+            f"envs_per_process={envs_per_process} does not divide the actor's "
+            f"{len(seeds)} environments."
+        )
+    if envs_per_process == 1:
+        made = [create_environment(level_name, s, config) for s in seeds]
+    else:
+        made = [
+            create_environments(level_name, seeds[j : j + envs_per_process], config)
+            for j in range(0, len(seeds), envs_per_process)
+        ]
+    processes, envs = zip(*made, strict=True)
+    return processes, envs
 
 
 def _zero_agent_output(num_actions: int, batch_size: int) -> agent_lib.AgentOutput:
@@ -148,14 +191,16 @@ def build_vector_actor(
     unroll_length: int,
     inference_fn=None,
 ) -> tuple[ActorOutput, tf.Operation]:
-    """One actor's unroll of `unroll_length` steps over K = len(envs)
-    environments, as graph ops.
+    """One actor's unroll of `unroll_length` steps over the K environments
+    of `envs`, as graph ops.
 
     At each step the agent runs once on the K environments' outputs (one
-    inference call of batch K), then the K environments step, each in its
-    own process: their py_func ops do not depend on each other, so they run
-    at the same time. The loop, the inference call and the batcher's hop are
-    paid once per K agent steps. K = 1 is the reference's actor.
+    inference call of batch K), then the environments step: each
+    FlowEnvironment of `envs` is a process of its own (one environment, or
+    num_envs of them stepped in turn in one call), and their py_func ops do
+    not depend on each other, so they run at the same time. The loop, the
+    inference call and the batcher's hop are paid once per K agent steps.
+    K = 1 is the reference's actor.
 
     The environment states, last environment outputs, agent core states and
     last agent outputs persist across unrolls in local variables, so each
@@ -163,7 +208,8 @@ def build_vector_actor(
 
     Args:
       agent: the (shared) agent; built here once if it has no variables yet.
-      envs: the actor's FlowEnvironments (all of `level_name`).
+      envs: the actor's FlowEnvironments (all of `level_name`); K is the sum
+        of their num_envs (1 for an unbatched one).
       level_name: the level, recorded in the output.
       unroll_length: T, the agent steps per unroll.
       inference_fn: (last_actions [K], env_outputs [K, ...], core_state) ->
@@ -181,12 +227,36 @@ def build_vector_actor(
         calls every environment's `initial`).
     """
     inference_fn = inference_fn or agent
-    num_envs = len(envs)
+    sizes = [env.num_envs or 1 for env in envs]
+    num_envs = sum(sizes)
+    starts = [sum(sizes[:i]) for i in range(len(envs))]
+    batched = any(env.num_envs is not None for env in envs)
+
+    def join(outputs: list) -> object:
+        """The K environments' outputs, one nest of [K, ...] tensors."""
+        if not batched:
+            return _stack(outputs)
+        outputs = [
+            o
+            if env.num_envs is not None
+            else tf.nest.map_structure(lambda t: t[None], o)
+            for o, env in zip(outputs, envs, strict=True)
+        ]
+        if len(outputs) == 1:
+            return outputs[0]
+        return tf.nest.map_structure(lambda *ts: tf.concat(ts, 0), *outputs)
+
+    def actions_of(actions: tf.Tensor, i: int) -> tf.Tensor:
+        """The slice of the K actions that envs[i] takes."""
+        if envs[i].num_envs is None:
+            return actions[starts[i]]
+        return actions[starts[i] : starts[i] + sizes[i]]
+
     with tf.name_scope("actor"):
         initials = [env.initial() for env in envs]
         initial_values = (
             tuple(env_state for _, env_state in initials),
-            _stack([env_output for env_output, _ in initials]),
+            join([env_output for env_output, _ in initials]),
             agent.initial_state(num_envs),
             _zero_agent_output(agent.num_actions, num_envs),
         )
@@ -208,18 +278,24 @@ def build_vector_actor(
                 agent_output.action, env_output, core_state
             )
             stepped = [
-                env.step(agent_output.action[k], env_states[k])
-                for k, env in enumerate(envs)
+                env.step(actions_of(agent_output.action, i), env_states[i])
+                for i, env in enumerate(envs)
             ]
             env_states = tuple(env_state for _, env_state in stepped)
-            env_output = _stack([output for output, _ in stepped])
+            env_output = join([output for output, _ in stepped])
             return env_states, env_output, core_state, agent_output
 
         # outputs: each element stacked over the T steps of the unroll.
         outputs = tf.scan(step, tf.range(unroll_length), initializer=first)
-        assignments = tf.nest.map_structure(
-            lambda v, t: v.assign(t[-1]), state, outputs
-        )
+        # Every read of `first` before any assignment: a read that the loop
+        # does not consume (the last policy_logits and baseline; the last
+        # actions of an inference_fn that reads only their shape) has no
+        # data path to the assignments, and resource variables order
+        # nothing by themselves, so it could see this unroll's last step.
+        with tf.control_dependencies(tf.nest.flatten(first)):
+            assignments = tf.nest.map_structure(
+                lambda v, t: v.assign(t[-1]), state, outputs
+            )
         with tf.control_dependencies(tf.nest.flatten(assignments)):
             _, first_env_output, first_core_state, first_agent_output = first
             _, env_outputs, _, agent_outputs = outputs
@@ -308,24 +384,22 @@ def build_actors(
     queue: tf.queue.FIFOQueue,
     inference_fn,
     envs_per_actor: int = 1,
+    envs_per_process: int = 1,
 ) -> list[Actor]:
     """`num_actors` actors, round-robin over the levels, each stepping
     `envs_per_actor` environments of its level and enqueuing one unroll per
     environment into `queue`. Environment k of actor i has seed
-    `seed + i * envs_per_actor + k` (`seed + i` with one per actor)."""
+    `seed + i * envs_per_actor + k` (`seed + i` with one per actor). With
+    `envs_per_process` M > 1 (a divisor of envs_per_actor) an actor's
+    environments run M to a process (environment_vector.py)."""
     actors = []
     level_names = environment.level_names
     for i in range(num_actors):
         level_name = level_names[i % len(level_names)]
+        seeds = [seed + i * envs_per_actor + k for k in range(envs_per_actor)]
         with tf.name_scope(f"actor_{i}"):
-            processes, envs = zip(
-                *(
-                    create_environment(
-                        level_name, seed + i * envs_per_actor + k, environment
-                    )
-                    for k in range(envs_per_actor)
-                ),
-                strict=True,
+            processes, envs = actor_environments(
+                level_name, seeds, environment, envs_per_process
             )
             output, state_initializer = build_vector_actor(
                 agent, list(envs), level_name, unroll_length, inference_fn

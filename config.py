@@ -93,6 +93,8 @@ class RunConfig:
     num_actors: int = 4
     # --envs_per_actor: environments one actor steps together (K).
     envs_per_actor: int = 1
+    # --envs_per_process: of those, how many share one process (M).
+    envs_per_process: int = 1
     seed: int = 1
     save_checkpoint_secs: int = 600
     # --dynamic_batching: batch the actors' inference calls (batcher.cc).
@@ -119,8 +121,10 @@ class Config:
         environment, learner = self.environment, self.learner
         levels = len(environment.level_names)
         actors = self.run.num_actors if num_actors is None else num_actors
-        envs = self.run.envs_per_actor
+        envs, shared = self.run.envs_per_actor, self.run.envs_per_process
         per_actor = f" x {envs} environments" if envs > 1 else ""
+        if shared > 1:
+            per_actor += f" ({shared} per process)"
         return (
             f"{environment.level_name} ({levels} level{'s' if levels > 1 else ''}, "
             f"{environment.num_actions} actions), {self.agent.torso} agent, "

@@ -367,7 +367,7 @@ def build_actor_task(
     cluster_config: cluster.ClusterConfig, config: Config
 ) -> tuple[ActorTaskOps, tuple[py_process.PyProcess, ...]]:
     """This actor task's graph (call inside a fresh graph), and its
-    environment processes (--envs_per_actor of them).
+    environment processes (--envs_per_actor / --envs_per_process of them).
 
     The environments, the local agent copy and the unroll live on this task.
     The queue, the global agent variables and the cluster state are declared
@@ -380,16 +380,11 @@ def build_actor_task(
     num_envs = config.run.envs_per_actor
     with tf.device(cluster_config.device):
         local_agent = actors.create_agent(config.agent, name=LOCAL_AGENT_NAME)
-        processes, envs = zip(
-            *(
-                actors.create_environment(
-                    level_name,
-                    config.run.seed + task * num_envs + k,
-                    config.environment,
-                )
-                for k in range(num_envs)
-            ),
-            strict=True,
+        processes, envs = actors.actor_environments(
+            level_name,
+            [config.run.seed + task * num_envs + k for k in range(num_envs)],
+            config.environment,
+            config.run.envs_per_process,
         )
         # [K, ...]: one unroll per environment.
         output, state_initializer = actors.build_vector_actor(

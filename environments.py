@@ -8,7 +8,8 @@
 - `atari.PyProcessAtari`: Atari games through ale_py (see atari.py).
 - Level-name helpers used by experiment.py: `expand_level_names`,
   `is_atari_level`, `deepmind_lab_available`, `num_actions`,
-  `uses_full_action_space`, `create_environment`.
+  `uses_full_action_space`, `create_environment` (one environment in a
+  process) and `create_environment_vector` (several in one process).
 
 The environment classes run in spawned child processes that import this
 module; TensorFlow is therefore imported lazily (inside FlowEnvironment's
@@ -269,19 +270,26 @@ class FlowEnvironment:
     (done=True) the output's info holds the finished episode's return and
     length (this step's reward included), its observation is the first of the
     next episode, and the returned state restarts at 0.
+
+    With `num_envs=M` the proxy runs M environments (an
+    environment_vector.EnvironmentVector): every tensor above, state
+    included, gains a leading axis of M (actions int32 [M]), and each
+    environment's episode bookkeeping is its own.
     """
 
-    def __init__(self, env: Any):
+    def __init__(self, env: Any, num_envs: int | None = None):
         self._env = env
+        self.num_envs = num_envs
 
     def initial(self) -> tuple[StepOutput, tuple]:
         """Returns (StepOutput, state): done=True, reward 0, return/step 0."""
         import tensorflow as tf
 
+        shape = [] if self.num_envs is None else [self.num_envs]
         with tf.name_scope("flow_environment_initial"):
-            initial_reward = tf.constant(0.0)
-            initial_info = StepOutputInfo(tf.constant(0.0), tf.constant(0))
-            initial_done = tf.constant(True)
+            initial_reward = tf.zeros(shape)
+            initial_info = StepOutputInfo(tf.zeros(shape), tf.zeros(shape, tf.int32))
+            initial_done = tf.ones(shape, tf.bool)
             initial_observation = self._env.initial()
 
             initial_output = StepOutput(
@@ -295,7 +303,7 @@ class FlowEnvironment:
             return initial_output, initial_state
 
     def step(self, action, state: tuple) -> tuple[StepOutput, tuple]:
-        """One environment step: action int32 [] (or DeepMind Lab's [7]).
+        """One environment step: action int32 [] ([M] with num_envs=M).
 
         Returns (StepOutput, state).
         """
@@ -320,8 +328,7 @@ class FlowEnvironment:
             new_state = (
                 new_flow,
                 tf.nest.map_structure(
-                    lambda zero, value: tf.where(done, zero, value),
-                    StepOutputInfo(tf.constant(0.0), tf.constant(0)),
+                    lambda value: tf.where(done, tf.zeros_like(value), value),
                     new_info,
                 ),
             )
@@ -435,6 +442,51 @@ def num_actions(level_names: list[str]) -> int:
 
 
 def create_environment(
+    level_name: str, seed: int, is_test: bool = False, **options: Any
+):
+    """A `py_process.PyProcess` (not started) running one level.
+
+    Wrap its `.proxy` in a FlowEnvironment. Atari levels ('atari/<game>'):
+    full_action_space (pass `uses_full_action_space(level_names)`),
+    episode_life (loss of life ends the episode; training only, ignored when
+    is_test), repeat_action_probability (0.25 for sticky actions), noop_max
+    and max_episode_frames apply; width, height, dataset_path, level_cache and
+    level_cache_dir (a LocalLevelCache made in the child) are DeepMind Lab's.
+    DeepMind Lab test mode adds allowHoldOutLevels and the evaluation mixer
+    seed, as the reference does.
+
+    Raises:
+      DeepMindLabNotInstalledError: a DeepMind Lab level without deepmind_lab.
+      ValueError: an unknown Atari game.
+    """
+    import py_process
+
+    env_type, kwargs = environment_class(level_name, seed, is_test, **options)
+    return py_process.PyProcess(env_type, **kwargs)
+
+
+def create_environment_vector(
+    level_name: str, seeds: list[int], is_test: bool = False, **options: Any
+):
+    """A `py_process.PyProcess` (not started) running len(seeds) environments
+    of one level in one process (environment_vector.EnvironmentVector), the
+    k-th with seed seeds[k]; options as for `create_environment`.
+
+    Wrap its `.proxy` in a FlowEnvironment with num_envs=len(seeds).
+    """
+    import environment_vector
+    import py_process
+
+    env_type, env_kwargs = None, []
+    for seed in seeds:
+        env_type, kwargs = environment_class(level_name, seed, is_test, **options)
+        env_kwargs.append(kwargs)
+    return py_process.PyProcess(
+        environment_vector.EnvironmentVector, env_type=env_type, env_kwargs=env_kwargs
+    )
+
+
+def environment_class(
     level_name: str,
     seed: int,
     is_test: bool = False,
@@ -450,29 +502,14 @@ def create_environment(
     repeat_action_probability: float = 0.0,
     noop_max: int = atari.DEFAULT_NOOP_MAX,
     max_episode_frames: int = atari.DEFAULT_MAX_EPISODE_FRAMES,
-):
-    """A `py_process.PyProcess` (not started) running one level.
-
-    Wrap its `.proxy` in a FlowEnvironment. Atari levels ('atari/<game>'):
-    full_action_space (pass `uses_full_action_space(level_names)`),
-    episode_life (loss of life ends the episode; training only, ignored when
-    is_test), repeat_action_probability (0.25 for sticky actions), noop_max
-    and max_episode_frames apply; width, height, dataset_path, level_cache and
-    level_cache_dir (a LocalLevelCache made in the child) are DeepMind Lab's. DeepMind Lab test mode adds allowHoldOutLevels and the
-    evaluation mixer seed, as the reference does.
-
-    Raises:
-      DeepMindLabNotInstalledError: a DeepMind Lab level without deepmind_lab.
-      ValueError: an unknown Atari game.
-    """
-    import py_process
-
+) -> tuple[type, dict]:
+    """The environment class running `level_name` and its constructor's
+    keyword arguments (see `create_environment`)."""
     if level_name.startswith(ATARI_PREFIX):
         game = level_name[len(ATARI_PREFIX) :]
         if game not in atari.available_games():
             raise _unknown_level_error(level_name, "ale_py has no ROM of that name.")
-        return py_process.PyProcess(
-            atari.PyProcessAtari,
+        return atari.PyProcessAtari, dict(
             game=game,
             seed=seed,
             num_action_repeats=num_action_repeats,
@@ -503,8 +540,7 @@ def create_environment(
         config["mixerSeed"] = 0x600D5EED
     # Keyword arguments, so that `_tensor_specs` finds the config (frame size)
     # in constructor_kwargs whatever py_process does with positional ones.
-    return py_process.PyProcess(
-        PyProcessDmLab,
+    return PyProcessDmLab, dict(
         level=level_name,
         config=config,
         num_action_repeats=num_action_repeats,

@@ -9,7 +9,8 @@ single-machine training or this process's cluster task; `run_mode` and
 Single-machine training (--task=-1): every actor is a Python thread of this
 process that runs its own `enqueue` op in a loop (actors.py); each unroll
 steps the actor's environments (--envs_per_actor, 1 by default), each in its
-own child process (py_process.py). The learner
+own child process (py_process.py) or --envs_per_process of them to a process
+(environment_vector.py). The learner
 dequeues `batch_size` unrolls, stages them (one step of policy lag), unrolls
 the agent over them and applies one RMSProp update with the V-trace loss
 (pipeline.py, learner.py). The session is in-process: no TensorFlow server,
@@ -84,6 +85,13 @@ flags.DEFINE_integer(
     1,
     "Environments each actor steps together (each in its own process), with "
     "one inference call for all of them; 1 is the paper's actor.",
+)
+flags.DEFINE_integer(
+    "envs_per_process",
+    1,
+    "How many of an actor's --envs_per_actor environments share one process, "
+    "stepped in turn in one call (a divisor of --envs_per_actor); 1 gives "
+    "each environment its own process.",
 )
 flags.DEFINE_integer("batch_size", 2, "Batch size (unrolls per learner step).")
 flags.DEFINE_integer("unroll_length", 100, "Unroll length in agent steps.")
@@ -242,6 +250,12 @@ def validate_flags(f) -> None:
         f"{f.batch_size} unrolls; use --num_actors=1 or more.",
     )
     require(f.envs_per_actor >= 1, "envs_per_actor", "must be >= 1.")
+    require(
+        f.envs_per_process >= 1 and f.envs_per_actor % f.envs_per_process == 0,
+        "envs_per_process",
+        f"must divide --envs_per_actor={f.envs_per_actor} (each of an actor's "
+        f"processes runs the same number of environments); use 1 or a divisor.",
+    )
 
 
 def resolve_level_name(
@@ -297,9 +311,21 @@ def config_from_flags(f: flags.FlagValues) -> Config:
     """The run's Config from validated flags (resolve_levels may warn).
 
     Raises:
-      FlagError: an unknown level, or a DeepMind Lab level without it.
+      FlagError: an unknown level, a DeepMind Lab level without it, or
+        several DeepMind Lab environments to a process.
     """
     level_name, level_names = resolve_levels(f)
+    if f.envs_per_process > 1 and not all(
+        map(environments.is_atari_level, level_names)
+    ):
+        # DeepMind Lab's engine is a per-process singleton: a second level in
+        # the same process crashes it.
+        raise FlagError(
+            f"--envs_per_process={f.envs_per_process}: DeepMind Lab runs one "
+            f"level per process, and --level_name={level_name} has DeepMind Lab "
+            f"levels; use --envs_per_process=1 (several environments to a process "
+            f"are for Atari)."
+        )
     num_actions = environments.num_actions(level_names)
     return Config(
         run=RunConfig(
@@ -307,6 +333,7 @@ def config_from_flags(f: flags.FlagValues) -> Config:
             logdir=f.logdir,
             num_actors=f.num_actors,
             envs_per_actor=f.envs_per_actor,
+            envs_per_process=f.envs_per_process,
             seed=f.seed,
             save_checkpoint_secs=f.save_checkpoint_secs,
             dynamic_batching=f.dynamic_batching,
@@ -450,6 +477,7 @@ def train(config: Config, shutdown: ShutdownRequest) -> None:
             queue,
             inference_fn,
             run.envs_per_actor,
+            run.envs_per_process,
         )
         restarts = actors.EnvironmentRestarts(
             run.logdir, learner_pipeline.learner.num_env_frames

@@ -192,6 +192,36 @@ PARTS["grid15"] = [
 ]
 
 
+def _shared(agent: str, actors: int, k: int, m: int, unroll: int = 20) -> dict:
+    config = _grid_with_k(agent, (actors,), k)[0]
+    config["unroll_length"] = unroll
+    if m > 1:
+        config["envs_per_process"] = m
+    return config
+
+
+# Several environments in one process (--envs_per_process, issue 15, second
+# round): the best configurations of grid15 with M = 1 (on both codes, with
+# --baseline_code) against M = 2, 4 and 8 (the current code only).
+PARTS["shared15"] = [
+    _shared("shallow", 8, 1, 1),
+    _shared("shallow", 4, 4, 1),
+    _shared("shallow", 4, 4, 2),
+    _shared("shallow", 4, 4, 4),
+    _shared("shallow", 8, 4, 1),
+    _shared("shallow", 8, 4, 4),
+    _shared("shallow", 4, 8, 8),
+    _shared("shallow", 8, 8, 8),
+    _shared("deep", 4, 4, 1),
+    _shared("deep", 4, 4, 4),
+    _shared("shallow", 4, 4, 4, unroll=80),
+]
+
+# Flags that a baseline may not have: a configuration using one runs on the
+# current code only.
+NEWER_FLAGS = ("envs_per_actor", "envs_per_process")
+
+
 def export_git_revision(revision: str) -> str:
     """The repository's top-level files at `revision`, in a temporary dir."""
     import tempfile
@@ -334,9 +364,9 @@ def run_part(part: str, args) -> dict:
             base_dir = export_git_revision(rev)
         else:
             rev = base_dir = args.baseline_code
-        has_flag = (
-            "dynamic_batching" in open(os.path.join(base_dir, "experiment.py")).read()
-        )
+        with open(os.path.join(base_dir, "experiment.py")) as f:
+            base_source = f.read()
+        has_flag = "dynamic_batching" in base_source
         variants = [
             (f"baseline {rev}", base_dir, has_flag),
             ("current", code_dir, True),
@@ -347,7 +377,11 @@ def run_part(part: str, args) -> dict:
             # --alternate: the code that runs second in a round runs first in
             # the next, so a position effect cancels out over the rounds.
             order = variants[::-1] if args.alternate and repeat % 2 else variants
-            if config.get("envs_per_actor", 1) > 1:
+            if any(
+                config.get(flag, 1) > 1
+                and (not args.baseline_code or f'"{flag}"' not in base_source)
+                for flag in NEWER_FLAGS
+            ):
                 order = [v for v in order if v[0] == "current"]
             for label, directory, has_flag in order:
                 common.use_code_dir(directory)
@@ -443,6 +477,7 @@ def table(result: dict) -> str:
             c["agent"],
             c["num_actors"],
             c.get("envs_per_actor", 1),
+            c.get("envs_per_process", 1),
             c["batch_size"],
             c["unroll_length"],
             dynamic_batching,
@@ -462,6 +497,8 @@ def table(result: dict) -> str:
         fps = run["frames_per_s"]
         k = c.get("envs_per_actor", 1)
         actors = f"{c['num_actors']} x {k} envs" if k > 1 else str(c["num_actors"])
+        if c.get("envs_per_process", 1) > 1:
+            actors += f", {c['envs_per_process']} per process"
         ratio = ""
         if c["dynamic_batching"]:
             other = by_key.get(key(run, False))

@@ -82,11 +82,14 @@ def _queue_attrs(graph: tf.Graph):
     )
 
 
-@pytest.mark.parametrize("envs_per_actor", [1, 2])
-def test_actor_graph_declares_the_learners_queue_and_variables(envs_per_actor):
+@pytest.mark.parametrize("envs_per_actor,envs_per_process", [(1, 1), (2, 1), (4, 2)])
+def test_actor_graph_declares_the_learners_queue_and_variables(
+    envs_per_actor, envs_per_process
+):
     """An actor task refers to the learner's queue and variables by declaring
     them with the same names, shapes and devices: checked on the two graphs.
-    With --envs_per_actor=K it sends K unrolls at a time into the same queue."""
+    With --envs_per_actor=K it sends K unrolls at a time into the same queue
+    (from K / --envs_per_process environment processes)."""
     learner_config = cluster.ClusterConfig(
         "localhost:1", ("localhost:2", "localhost:3"), "learner", 0
     )
@@ -94,11 +97,16 @@ def test_actor_graph_declares_the_learners_queue_and_variables(envs_per_actor):
     learner_cpu = "/job:learner/task:0/device:CPU:0"
     config = small_config()
     config = dataclasses.replace(
-        config, run=dataclasses.replace(config.run, envs_per_actor=envs_per_actor)
+        config,
+        run=dataclasses.replace(
+            config.run,
+            envs_per_actor=envs_per_actor,
+            envs_per_process=envs_per_process,
+        ),
     )
     with tf.Graph().as_default() as actor_graph:
         ops, processes = distributed.build_actor_task(actor_config, config)
-    assert len(processes) == envs_per_actor
+    assert len(processes) == envs_per_actor // envs_per_process
     assert ops.output.env_outputs.reward.shape[0] == envs_per_actor
     # The learner builds its queue from actor_output_specs(), the same specs
     # as one of the K unrolls.

@@ -403,6 +403,8 @@ def test_bad_flags_exit_nonzero_with_one_line(bad_flag_runs, name):
         (["--num_actors=0"], "--num_actors=0"),
         (["--unroll_length=0"], "--unroll_length=0"),
         (["--envs_per_actor=0"], "--envs_per_actor=0"),
+        (["--envs_per_actor=4", "--envs_per_process=3"], "--envs_per_process=3"),
+        (["--envs_per_process=0"], "--envs_per_process=0"),
         (["--learning_rate_decay_frames=-1"], "--learning_rate_decay_frames=-1"),
         (["--mode=test"], "no checkpoint"),
         (["--level_name=explore_goal_locations_small"], "DeepMind Lab"),
@@ -414,6 +416,25 @@ def test_bad_flags_in_process(args, expected, tmp_path, capsys):
     code = run_command_line("--level_name=atari/pong", f"--logdir={tmp_path}", *args)
     assert code == 2
     check_one_error_line(capsys.readouterr().err, expected)
+
+
+def test_deepmind_lab_environments_do_not_share_a_process(tmp_path, capsys):
+    """DeepMind Lab's engine allows one level per process: asking for two is
+    one flag error, before any process starts."""
+    if not experiment.environments.deepmind_lab_available():
+        pytest.skip("needs DeepMind Lab (without it the level is the error)")
+    code = run_command_line(
+        "--level_name=dmlab30",
+        f"--logdir={tmp_path}",
+        "--envs_per_actor=2",
+        "--envs_per_process=2",
+    )
+    assert code == 2
+    check_one_error_line(
+        capsys.readouterr().err,
+        "--envs_per_process=2: DeepMind Lab runs one level per process",
+    )
+    assert os.listdir(tmp_path) == []
 
 
 def test_validate_flags_accepts_more_unrolls_than_actors():
@@ -555,15 +576,22 @@ def test_learner_recomputes_the_actors_policy_exactly(inference):
                 np.testing.assert_allclose(log_rhos, 0.0, atol=1e-4)
 
 
-def pipeline_log_rhos(envs_per_actor: int, learning_rate: float, steps: int):
+def pipeline_log_rhos(
+    envs_per_actor: int, envs_per_process: int, learning_rate: float, steps: int
+):
     """max |log rho| of each of `steps` learner updates of the whole
     single-machine pipeline: actor threads (dynamic batching with one
-    environment per actor, a batch of K otherwise), the queue, dequeue_many,
-    the staging area and the learner's unroll, built as experiment.train
-    builds them."""
+    environment per actor, a batch of K otherwise; envs_per_process of an
+    actor's environments to a process), the queue, dequeue_many, the staging
+    area and the learner's unroll, built as experiment.train builds them."""
     config = small_config(learning_rate=learning_rate)
     config = dataclasses.replace(
-        config, run=dataclasses.replace(config.run, envs_per_actor=envs_per_actor)
+        config,
+        run=dataclasses.replace(
+            config.run,
+            envs_per_actor=envs_per_actor,
+            envs_per_process=envs_per_process,
+        ),
     )
     run, learner_config = config.run, config.learner
     specs = actors.actor_output_specs(
@@ -588,6 +616,7 @@ def pipeline_log_rhos(envs_per_actor: int, learning_rate: float, steps: int):
             queue,
             inference_fn,
             envs_per_actor,
+            envs_per_process,
         )
         hooks = [
             actors.ActorRunnerHook(
@@ -607,16 +636,20 @@ def pipeline_log_rhos(envs_per_actor: int, learning_rate: float, steps: int):
     return maxima
 
 
-@pytest.mark.parametrize("envs_per_actor", [1, 2])
-def test_training_pipeline_pairs_each_action_with_its_policy(envs_per_actor):
+@pytest.mark.parametrize("envs_per_actor,envs_per_process", [(1, 1), (2, 1), (4, 2)])
+def test_training_pipeline_pairs_each_action_with_its_policy(
+    envs_per_actor, envs_per_process
+):
     """With learning rate 0 the learner's policy is the actors', so every
     log rho of every batch that comes through the real pipeline is 0: each
     action reaches the learner with the observation, core state and last
-    action that produced it, K environments per actor included. With
-    updates (the control) the learner's policy moves ahead of the actors'
-    and the log rhos do not stay 0, so the check can fail."""
-    assert max(pipeline_log_rhos(envs_per_actor, 0.0, steps=6)) < 1e-4
-    assert max(pipeline_log_rhos(envs_per_actor, 0.01, steps=6)) > 1e-3
+    action that produced it, K environments per actor included, and
+    environments that share a process. With updates (the control) the
+    learner's policy moves ahead of the actors' and the log rhos do not stay
+    0, so the check can fail."""
+    args = (envs_per_actor, envs_per_process)
+    assert max(pipeline_log_rhos(*args, 0.0, steps=6)) < 1e-4
+    assert max(pipeline_log_rhos(*args, 0.01, steps=6)) > 1e-3
 
 
 def test_learner_updates_lower_the_loss_on_a_fixed_batch():

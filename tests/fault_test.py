@@ -338,15 +338,23 @@ def test_killed_and_hung_environments_restart_and_training_reaches_its_target(
 
 
 @pytest.mark.slow
-def test_actor_of_two_environments_survives_one_killed(tmp_path):
-    """--envs_per_actor=2, one actor: one of its two environment processes is
-    SIGKILLed mid-run; that one restarts, training reaches its target and
-    every environment process is gone afterwards."""
+@pytest.mark.parametrize(
+    "envs_per_actor,envs_per_process,summary",
+    [(2, 1, "1 actor x 2 environments"), (4, 2, "1 actor x 4 environments (2 per")],
+)
+def test_actor_of_two_environment_processes_survives_one_killed(
+    tmp_path, envs_per_actor, envs_per_process, summary
+):
+    """One actor with two environment processes (--envs_per_actor=2, or 4
+    with 2 per process): one of them is SIGKILLed mid-run (with 2 per
+    process, while it holds two environments); that one restarts, training
+    reaches its target and every environment process is gone afterwards."""
     run = Run(
         str(tmp_path / "run"),
-        "vector_env_kill",
+        f"vector_env_kill_{envs_per_actor}_{envs_per_process}",
         "--num_actors=1",
-        "--envs_per_actor=2",
+        f"--envs_per_actor={envs_per_actor}",
+        f"--envs_per_process={envs_per_process}",
         f"--total_environment_frames={ENV_KILL_TARGET}",
         "--save_checkpoint_secs=2",
     )
@@ -360,7 +368,7 @@ def test_actor_of_two_environments_survives_one_killed(tmp_path):
         run.kill()
     output = run.output()
     assert returncode == 0, output[-4000:]
-    assert "1 actor x 2 environments" in output
+    assert summary in output
     assert re.search(
         rf"Actor 0 \(atari/pong\): environment failed: PyProcess \w+ "
         rf"\(pid {pids[0]}\) died: killed by signal SIGKILL",

@@ -142,3 +142,57 @@ class Frames:
         if method_name == "noop":
             return tf.TensorSpec([], tf.int32)
         return tf.TensorSpec([84, 84, 4], tf.uint8)
+
+
+class ScriptedEnvironment:
+    """An environment of the project's contract (environment_specs) whose
+    failures are scripted: it raises, hangs, or fails to construct at a
+    given step, and marks its close() in a file. For environment_vector's
+    failure tests: a real game does none of this on demand.
+
+    Observations are [2, 2, 1] frames filled with `seed + step`; reward is
+    the action taken; every 5th step ends an episode.
+    """
+
+    def __init__(
+        self,
+        seed,
+        fail_at_step=None,
+        hang_at_step=None,
+        fail_in_constructor=False,
+        close_marker=None,
+    ):
+        if fail_in_constructor:
+            raise ValueError(f"environment {seed} cannot start")
+        self._seed = seed
+        self._step = 0
+        self._fail_at_step = fail_at_step
+        self._hang_at_step = hang_at_step
+        self._close_marker = close_marker
+
+    def _observation(self):
+        frame = np.full([2, 2, 1], (self._seed + self._step) % 256, np.uint8)
+        return frame, f"env {self._seed}"
+
+    def initial(self):
+        return self._observation()
+
+    def step(self, action):
+        self._step += 1
+        if self._step == self._fail_at_step:
+            raise ValueError(f"environment {self._seed} broke at step {self._step}")
+        if self._step == self._hang_at_step:
+            time.sleep(3600)
+        done = self._step % 5 == 0
+        return np.float32(action), np.bool_(done), self._observation()
+
+    def close(self):
+        if self._close_marker:
+            with open(self._close_marker, "a") as f:
+                f.write(f"{self._seed}\n")
+
+    @staticmethod
+    def _tensor_specs(method_name, kwargs, constructor_kwargs):
+        from environment_specs import environment_tensor_specs
+
+        return environment_tensor_specs(method_name, [2, 2, 1])

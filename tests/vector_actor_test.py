@@ -53,6 +53,15 @@ def test_unrolls_are_batch_major_and_continue_per_environment():
         # Environment k's next unroll starts where its last one stopped.
         np.testing.assert_array_equal(frames2[k, 0], frames1[k, -1])
         assert second.agent_outputs.action[k, 0] == first.agent_outputs.action[k, -1]
+        # All of the last step's agent outputs, the ones the next unroll's
+        # loop does not read too (their reads must precede the update).
+        np.testing.assert_array_equal(
+            second.agent_outputs.policy_logits[k, 0],
+            first.agent_outputs.policy_logits[k, -1],
+        )
+        assert (
+            second.agent_outputs.baseline[k, 0] == first.agent_outputs.baseline[k, -1]
+        )
     # K environments, not one repeated: their screens part ways (different
     # seeds give different no-op starts and different sampled actions).
     assert not np.array_equal(frames2[0], frames2[1])
