@@ -109,6 +109,28 @@ def read_log(path: str, year: int) -> tuple[list[Episode], float | None]:
     return episodes, start
 
 
+def remove_gaps(
+    episodes: list[Episode], test_points: list[dict], max_gap_s: float
+) -> tuple[list[Episode], list[dict], float]:
+    """Takes out of the time axis every pause longer than max_gap_s between
+    consecutive episodes (a run stopped and resumed later): returns the
+    shifted episodes and test points, and the seconds removed."""
+    shifted, removed, previous = [], 0.0, None
+    cuts = []  # (wall time where a gap ends, seconds removed up to there)
+    for e in episodes:
+        if previous is not None and e.wall_time - previous > max_gap_s:
+            removed += e.wall_time - previous - max_gap_s
+            cuts.append((e.wall_time, removed))
+        previous = e.wall_time
+        shifted.append(e._replace(wall_time=e.wall_time - removed))
+
+    def shift(t: float) -> float:
+        return t - max((r for end, r in cuts if end <= t), default=0.0)
+
+    points = [dict(p, wall_time=shift(p["wall_time"])) for p in test_points]
+    return shifted, points, removed
+
+
 def rolling_mean(values, window: int):
     import numpy as np
 
@@ -165,7 +187,15 @@ def parse_references(items: list[str]) -> list[tuple[str, float]]:
 
 
 def plot(
-    episodes, start, window, thresholds, out, title, references=(), test_points=()
+    episodes,
+    start,
+    window,
+    thresholds,
+    out,
+    title,
+    references=(),
+    test_points=(),
+    time_label="wall-clock time (minutes since start)",
 ):
     import matplotlib
 
@@ -182,7 +212,7 @@ def plot(
     for panel, (ax, x, label) in enumerate(
         (
             (axes[0], frames, "environment frames (millions)"),
-            (axes[1], minutes, "wall-clock time (minutes since start)"),
+            (axes[1], minutes, time_label),
         )
     ):
         ax.scatter(
@@ -253,6 +283,13 @@ def main() -> None:
         help='a labelled line, "LABEL=RETURN" (repeatable), e.g. "human=30.5"',
     )
     parser.add_argument(
+        "--max_gap_s",
+        type=float,
+        default=0.0,
+        help="take pauses longer than this (s) between episodes out of the time "
+        "axis (a run stopped and resumed later); 0 keeps wall-clock time",
+    )
+    parser.add_argument(
         "--test_points",
         help="evaluate_checkpoints.py's JSON: test-mode means per checkpoint",
     )
@@ -278,13 +315,20 @@ def main() -> None:
             "learning_curve.py: no finished episodes found in "
             + " / ".join(filter(None, [args.logdir, args.log]))
         )
-    summary = summarize(episodes, start, args.window, thresholds)
-    summary["source"] = source
     references = parse_references(args.reference)
     test_points = []
     if args.test_points:
         with open(args.test_points) as f:
             test_points = sorted(json.load(f), key=lambda p: p["frames"])
+    removed = 0.0
+    if args.max_gap_s > 0:
+        episodes, test_points, removed = remove_gaps(
+            episodes, test_points, args.max_gap_s
+        )
+    summary = summarize(episodes, start, args.window, thresholds)
+    summary["source"] = source
+    summary["gaps_removed_s"] = removed
+    if test_points:
         summary["test_points"] = [
             {"frames": p["frames"], "mean_return": p["mean_return"]}
             for p in test_points
@@ -299,7 +343,14 @@ def main() -> None:
         title,
         references,
         test_points,
+        time_label=(
+            "training time (minutes since start, pauses removed)"
+            if removed
+            else "wall-clock time (minutes since start)"
+        ),
     )
+    if removed:
+        print(f"Time axis: {removed / 60:.1f} min of pauses removed.")
     print(
         f"{summary['episodes']} episodes (from {source}); last at {summary['last_frames']:,} frames, {summary['last_time_s'] / 60:.1f} min."
     )

@@ -605,7 +605,77 @@ def plot_grid15(result: dict, out: str) -> None:
     print(f"Wrote {out}")
 
 
+def plot_shared15(result: dict, out: str) -> None:
+    """benchmarks/plots/throughput_shared15.png: each configuration's frames/s
+    as a fraction of the ceiling, and its CPU-ms per agent step by thread
+    group, one process per environment against M to a process."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ceiling = result["ceiling_frames_per_s"]
+    runs = [r for r in result["runs"] if "frames_per_s" in r]
+    labels, fractions, colors, parts = [], [], [], []
+    groups = (
+        ("environment processes", "environment processes"),
+        ("TensorFlow inter-op threads", "inter-op (executor, py_func)"),
+        ("TensorFlow intra-op threads", "intra-op (kernels)"),
+    )
+    for run in runs:
+        c = run["config"]
+        k, m = c.get("envs_per_actor", 1), c.get("envs_per_process", 1)
+        code = "before" if run["code"] != "current" else "after"
+        label = f"{code}: {c['agent']} {c['num_actors']}x{k}"
+        label += f", {m}/proc" if m > 1 else ""
+        label += f", T={c['unroll_length']}" if c["unroll_length"] != 20 else ""
+        labels.append(label)
+        fractions.append(run["frames_per_s"] / ceiling)
+        colors.append("tab:grey" if code == "before" else "tab:blue")
+        colors[-1] = "tab:green" if m > 1 else colors[-1]
+        steps = run["frames_per_s"] / FRAMES_PER_AGENT_STEP * run["window_s"]
+        cpu = run["cpu_s"]
+        parts.append(
+            [
+                sum(v for g, v in cpu.items() if g.startswith(prefix)) / steps * 1e3
+                for prefix, _ in groups
+            ]
+        )
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5.5), sharey=True)
+    ys = range(len(labels))
+    axes[0].barh(ys, fractions, color=colors)
+    axes[0].axvline(0.30, color="tab:red", ls="--", lw=1, label="issue 15 target: 30 %")
+    axes[0].set_xlabel(f"fraction of the raw-ALE ceiling ({ceiling:,.0f} frames/s)")
+    axes[0].legend(fontsize=8, loc="lower right")
+    left = [0.0] * len(labels)
+    for i, (_, name) in enumerate(groups):
+        widths = [p[i] for p in parts]
+        color = ("tab:brown", "tab:orange", "tab:purple")[i]
+        axes[1].barh(ys, widths, left=left, label=name, color=color)
+        left = [a + b for a, b in zip(left, widths, strict=True)]
+    axes[1].set_xlabel("CPU-ms per agent step, by thread group")
+    axes[1].legend(fontsize=8, loc="lower right")
+    axes[0].set_yticks(list(ys), labels, fontsize=8)
+    axes[0].invert_yaxis()
+    for ax in axes:
+        ax.grid(axis="x", alpha=0.3)
+    fig.suptitle(
+        "atari/pong training, batch 8: grey = code before, blue = after with one "
+        "process per environment, green = M environments per process (2 cores)",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+
+
 def plot() -> None:
+    shared15 = os.path.join(RESULTS_DIR, "throughput_shared15.json")
+    if os.path.exists(shared15):
+        with open(shared15) as f:
+            os.makedirs(PLOTS_DIR, exist_ok=True)
+            plot_shared15(
+                json.load(f), os.path.join(PLOTS_DIR, "throughput_shared15.png")
+            )
     grid15 = os.path.join(RESULTS_DIR, "throughput_grid15.json")
     if os.path.exists(grid15):
         with open(grid15) as f:

@@ -8,6 +8,7 @@ matplotlib (benchmarks/requirements.txt), which the project's install does not
 bring, so only what feeds it is checked here.
 """
 
+import glob
 import json
 import os
 import shutil
@@ -23,7 +24,9 @@ import evaluate_checkpoints  # noqa: E402
 import learning_curve  # noqa: E402
 
 PRETRAINED = os.path.join(REPO_ROOT, "pretrained", "atari_pong")
-PREFIX = "model.ckpt-29409280"
+PREFIX = os.path.basename(
+    glob.glob(os.path.join(PRETRAINED, "model.ckpt-*.index"))[0]
+).removesuffix(".index")
 
 
 def _run_dir(tmp_path, steps):
@@ -116,3 +119,21 @@ def test_learning_curve_places_test_points_in_frames_and_minutes():
     frames, minutes = learning_curve.x_of_test(points, start=1_000.0)
     assert frames == [2.0, 4.0]
     assert minutes == [10.0, 30.0]
+
+
+def test_learning_curve_takes_pauses_out_of_the_time_axis():
+    Episode = learning_curve.Episode
+    episodes = [
+        Episode(100.0, 1, -21.0),
+        Episode(160.0, 2, -20.0),
+        Episode(160.0 + 3600.0, 3, -19.0),  # resumed an hour later
+        Episode(160.0 + 3660.0, 4, -18.0),
+    ]
+    points = [{"frames": 4, "wall_time": 160.0 + 3700.0, "mean_return": 0.0}]
+    shifted, points, removed = learning_curve.remove_gaps(episodes, points, 300.0)
+    assert removed == 3300.0
+    assert [e.wall_time for e in shifted] == [100.0, 160.0, 460.0, 520.0]
+    assert points[0]["wall_time"] == 560.0
+    # Nothing shorter than the limit is touched.
+    same, _, none = learning_curve.remove_gaps(episodes[:2], [], 300.0)
+    assert same == episodes[:2] and none == 0.0
