@@ -196,6 +196,7 @@ def plot(
     references=(),
     test_points=(),
     time_label="wall-clock time (minutes since start)",
+    ylim=None,
 ):
     import matplotlib
 
@@ -242,6 +243,8 @@ def plot(
         ax.set_xlabel(label)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("episode return")
+    if ylim:
+        axes[0].set_ylim(*ylim)  # the axes share y
     axes[0].legend(loc="upper left", fontsize=8)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
@@ -281,6 +284,11 @@ def main() -> None:
         action="append",
         default=[],
         help='a labelled line, "LABEL=RETURN" (repeatable), e.g. "human=30.5"',
+    )
+    parser.add_argument(
+        "--ylim",
+        help='"LOW,HIGH" for the return axis (rare outliers left off the plot; '
+        "the summary keeps them)",
     )
     parser.add_argument(
         "--max_gap_s",
@@ -343,6 +351,7 @@ def main() -> None:
         title,
         references,
         test_points,
+        ylim=[float(v) for v in args.ylim.split(",")] if args.ylim else None,
         time_label=(
             "training time (minutes since start, pauses removed)"
             if removed
