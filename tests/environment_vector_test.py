@@ -9,6 +9,7 @@ fails to start on demand (a real game cannot be made to); the end-to-end
 case of a killed shared process during training is in fault_test.
 """
 
+import contextlib
 import os
 import signal
 import threading
@@ -143,88 +144,73 @@ def test_a_constructor_failure_closes_the_environments_already_built(tmp_path):
     assert marker.read_text().split() == ["1", "2"]
 
 
-def scripted_process(tmp_path, **second):
+@contextlib.contextmanager
+def scripted_process(timeout=None, **second):
     """A started process of two ScriptedEnvironments, the second with
-    `second`'s options; its step op on a fed [2] action."""
-    marker = tmp_path / "closed"
-    process = py_process.PyProcess(
-        EnvironmentVector,
-        env_type=ScriptedEnvironment,
-        env_kwargs=[
-            {"seed": 1, "close_marker": str(marker)},
-            {"seed": 2, "close_marker": str(marker), **second},
-        ],
-    )
-    actions = tf.compat.v1.placeholder(tf.int32, [2])
-    step = process.proxy.step(actions)
-    return process, actions, step, marker
-
-
-def test_an_environment_raising_ends_its_process_and_a_restart_is_fresh(tmp_path):
+    `second`'s options, in a graph and session of its own; yields (process,
+    step), step([a0, a1]) running its step op. Closed on the way out."""
     with tf.Graph().as_default():
-        process, actions, step, marker = scripted_process(tmp_path, fail_at_step=3)
+        process = py_process.PyProcess(
+            EnvironmentVector,
+            env_type=ScriptedEnvironment,
+            env_kwargs=[{"seed": 1}, {"seed": 2, **second}],
+        )
+        process.call_timeout_s = timeout
+        actions = tf.compat.v1.placeholder(tf.int32, [2])
+        step_op = process.proxy.step(actions)
         with tf.compat.v1.Session() as session:
             process.start()
             try:
-                for _ in range(2):
-                    session.run(step, {actions: [0, 1]})
-                with pytest.raises(tf.errors.OpError):
-                    session.run(step, {actions: [0, 1]})
-                error = process.last_error
-                assert isinstance(error, py_process.PyProcessRemoteError)
-                assert "environment 2 broke at step 3" in str(error)
-                assert not process.alive
-                # The restart builds both environments anew: two steps pass
-                # again before the scripted failure.
-                old_pid = process.pid
-                process.restart()
-                assert process.pid != old_pid
-                for _ in range(2):
-                    rewards, _, (frames, _) = session.run(step, {actions: [4, 2]})
-                np.testing.assert_array_equal(rewards, [4.0, 2.0])
-                assert frames[:, 0, 0, 0].tolist() == [3, 4]
+                yield process, lambda a: session.run(step_op, {actions: a})
             finally:
                 process.close()
+
+
+def test_an_environment_raising_ends_its_process_and_a_restart_is_fresh():
+    with scripted_process(fail_at_step=3) as (process, step):
+        for _ in range(2):
+            step([0, 1])
+        with pytest.raises(tf.errors.OpError):
+            step([0, 1])
+        error = process.last_error
+        assert isinstance(error, py_process.PyProcessRemoteError)
+        assert "environment 2 broke at step 3" in str(error)
+        assert not process.alive
+        # The restart builds both environments anew: two steps pass again
+        # before the scripted failure.
+        old_pid = process.pid
+        process.restart()
+        assert process.pid != old_pid
+        for _ in range(2):
+            rewards, _, (frames, _) = step([4, 2])
+        np.testing.assert_array_equal(rewards, [4.0, 2.0])
+        assert frames[:, 0, 0, 0].tolist() == [3, 4]
     assert not process.alive
 
 
-def test_a_process_killed_mid_step_reports_it_and_restarts(tmp_path):
-    with tf.Graph().as_default():
-        process, actions, step, _ = scripted_process(tmp_path, hang_at_step=2)
-        with tf.compat.v1.Session() as session:
-            process.start()
-            try:
-                session.run(step, {actions: [0, 0]})
-                pid = process.pid
-                killer = threading.Timer(0.5, os.kill, (pid, signal.SIGKILL))
-                killer.start()
-                with pytest.raises(tf.errors.OpError):
-                    session.run(step, {actions: [0, 0]})  # hangs until killed
-                killer.join()
-                assert isinstance(process.last_error, py_process.PyProcessDiedError)
-                assert "SIGKILL" in str(process.last_error)
-                process.restart()
-                rewards, dones, _ = session.run(step, {actions: [1, 1]})
-                np.testing.assert_array_equal(rewards, [1.0, 1.0])
-            finally:
-                process.close()
+def test_a_process_killed_mid_step_reports_it_and_restarts():
+    with scripted_process(hang_at_step=2) as (process, step):
+        step([0, 0])
+        killer = threading.Timer(0.5, os.kill, (process.pid, signal.SIGKILL))
+        killer.start()
+        with pytest.raises(tf.errors.OpError):
+            step([0, 0])  # hangs until killed
+        killer.join()
+        assert isinstance(process.last_error, py_process.PyProcessDiedError)
+        assert "SIGKILL" in str(process.last_error)
+        process.restart()
+        rewards, _, _ = step([1, 1])
+        np.testing.assert_array_equal(rewards, [1.0, 1.0])
 
 
-def test_a_hung_shared_process_is_killed_after_its_timeout(tmp_path):
+def test_a_hung_shared_process_is_killed_after_its_timeout():
     """The actor's timeout covers a call of M environments: here a short one
     on a process whose second environment hangs."""
-    with tf.Graph().as_default():
-        process, actions, step, _ = scripted_process(tmp_path, hang_at_step=1)
-        process.call_timeout_s = 1.0
-        with tf.compat.v1.Session() as session:
-            process.start()
-            try:
-                with pytest.raises(tf.errors.OpError):
-                    session.run(step, {actions: [0, 0]})
-                assert "no answer for 1 s" in str(process.last_error)
-                assert not process.alive
-            finally:
-                process.close()
+    with scripted_process(timeout=1.0, hang_at_step=1) as (process, step):
+        with pytest.raises(tf.errors.OpError):
+            step([0, 0])
+        assert "no answer for 1 s" in str(process.last_error)
+        assert not process.alive
 
 
 def test_actor_environments_put_m_environments_to_a_process():
