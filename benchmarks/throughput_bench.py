@@ -217,6 +217,14 @@ PARTS["shared15"] = [
     _shared("shallow", 4, 4, 4, unroll=80),
 ]
 
+# The rest of the actor range with M > 1 (current code only).
+PARTS["shared15b"] = [
+    _shared("shallow", 1, 8, 8),
+    _shared("shallow", 2, 8, 8),
+    _shared("shallow", 16, 4, 4),
+    _shared("deep", 16, 4, 4),
+]
+
 # Flags that a baseline may not have: a configuration using one runs on the
 # current code only.
 NEWER_FLAGS = ("envs_per_actor", "envs_per_process")
