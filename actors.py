@@ -70,20 +70,28 @@ def create_environment(
 
     `level_name` is one of `config.level_names`.
     """
-    return create_environments(level_name, [seed], config, is_test, vector=False)
+    process = environments.create_environment(
+        level_name, seed, is_test, **_environment_options(config, is_test)
+    )
+    _set_timeout(process, config, num_envs=1)
+    return process, environments.FlowEnvironment(process.proxy)
 
 
 def create_environments(
-    level_name: str,
-    seeds: list[int],
-    config: EnvironmentConfig,
-    is_test: bool = False,
-    vector: bool = True,
+    level_name: str, seeds: list[int], config: EnvironmentConfig, is_test: bool = False
 ) -> tuple[py_process.PyProcess, environments.FlowEnvironment]:
     """len(seeds) environments of the level in one process (not started) and
-    their FlowEnvironment (num_envs=len(seeds)); with vector=False, one
-    environment (one seed) and an unbatched FlowEnvironment."""
-    options = dict(
+    their FlowEnvironment (num_envs=len(seeds))."""
+    process = environments.create_environment_vector(
+        level_name, seeds, is_test, **_environment_options(config, is_test)
+    )
+    _set_timeout(process, config, num_envs=len(seeds))
+    return process, environments.FlowEnvironment(process.proxy, len(seeds))
+
+
+def _environment_options(config: EnvironmentConfig, is_test: bool) -> dict:
+    """environments.create_environment's options from the config."""
+    return dict(
         num_action_repeats=config.num_action_repeats,
         width=config.width,
         height=config.height,
@@ -94,20 +102,16 @@ def create_environments(
         # DQN/IMPALA setup); test mode always plays whole games.
         episode_life=not is_test,
     )
-    if vector:
-        process = environments.create_environment_vector(
-            level_name, seeds, is_test, **options
-        )
-    else:
-        (seed,) = seeds
-        process = environments.create_environment(level_name, seed, is_test, **options)
+
+
+def _set_timeout(
+    process: py_process.PyProcess, config: EnvironmentConfig, num_envs: int
+) -> None:
     # A hung environment (a stopped process, a library stuck in a loop) is
     # killed after this long; the actor then restarts it like a dead one. A
     # process of several environments steps them in turn: it gets as many
     # times the time.
-    process.call_timeout_s = (config.timeout_secs * len(seeds)) or None
-    num_envs = len(seeds) if vector else None
-    return process, environments.FlowEnvironment(process.proxy, num_envs)
+    process.call_timeout_s = (config.timeout_secs * num_envs) or None
 
 
 def actor_environments(

@@ -639,8 +639,9 @@ def plot_shared15(result: dict, out: str) -> None:
         label += f", T={c['unroll_length']}" if c["unroll_length"] != 20 else ""
         labels.append(label)
         fractions.append(run["frames_per_s"] / ceiling)
-        colors.append("tab:grey" if code == "before" else "tab:blue")
-        colors[-1] = "tab:green" if m > 1 else colors[-1]
+        colors.append(
+            "tab:green" if m > 1 else "tab:grey" if code == "before" else "tab:blue"
+        )
         steps = run["frames_per_s"] / FRAMES_PER_AGENT_STEP * run["window_s"]
         cpu = run["cpu_s"]
         parts.append(
