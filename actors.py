@@ -59,6 +59,7 @@ def create_agent(config: AgentConfig, name: str = "agent") -> agent_lib.Agent:
         config.num_actions,
         torso=config.torso,
         use_instruction=config.use_instruction,
+        torso_dtype=config.torso_dtype,
         name=name,
     )
 

@@ -22,6 +22,7 @@ environments.py.
 import collections
 from collections.abc import Sequence
 
+import numpy as np
 import sonnet as snt
 import tensorflow as tf
 
@@ -39,6 +40,11 @@ DEEP_STAGES = ((16, 2), (32, 2), (32, 2))
 
 TORSOS = ("deep", "shallow")
 
+# The dtypes a torso's convolutions can compute in. Its weights are float32
+# either way (RMSProp's updates are far below bfloat16's resolution of a
+# weight), so checkpoints do not depend on it.
+TORSO_DTYPES = ("float32", "bfloat16")
+
 
 def _pass_sonnet_tf2_check() -> None:
     """Satisfies Sonnet 2's one-time "requires TensorFlow 2" check now.
@@ -55,16 +61,52 @@ def _pass_sonnet_tf2_check() -> None:
 _pass_sonnet_tf2_check()
 
 
+class _Conv2D(snt.Module):
+    """A 2-D convolution with bias whose float32 weights are cast to the
+    input's dtype on every call: [B, H, W, C_in] -> [B, H', W', C_out].
+
+    Its variables are snt.Conv2D's (w [k, k, C_in, C_out] initialised from a
+    truncated normal of stddev 1 / sqrt(k * k * C_in), b [C_out] zeros, the
+    same names), so a checkpoint restores whichever dtype computes. With
+    float32 inputs it computes what snt.Conv2D computes; snt.Conv2D itself
+    would create bfloat16 variables for bfloat16 inputs.
+    """
+
+    def __init__(
+        self, channels: int, kernel: int, stride: int, padding: str, name: str
+    ):
+        super().__init__(name=name)
+        self._channels = channels
+        self._kernel = kernel
+        self._stride = stride
+        self._padding = padding
+
+    @snt.once
+    def _initialize(self, in_channels: int) -> None:
+        shape = (self._kernel, self._kernel, in_channels, self._channels)
+        stddev = 1.0 / np.sqrt(np.prod(shape[:-1]))
+        w_init = snt.initializers.TruncatedNormal(stddev=stddev)
+        self.w = tf.Variable(w_init(shape, tf.float32), name="w")
+        self.b = tf.Variable(tf.zeros([self._channels]), name="b")
+
+    def __call__(self, x: tf.Tensor) -> tf.Tensor:
+        self._initialize(int(x.shape[-1]))
+        y = tf.nn.convolution(
+            x, tf.cast(self.w, x.dtype), strides=self._stride, padding=self._padding
+        )
+        return tf.nn.bias_add(y, tf.cast(self.b, x.dtype))
+
+
 class _ResidualStage(snt.Module):
     """conv 3x3 stride 1 -> max-pool 3x3 stride 2 -> residual blocks."""
 
     def __init__(self, channels: int, num_blocks: int, name: str | None = None):
         super().__init__(name=name)
-        self._conv = snt.Conv2D(channels, 3, stride=1, padding="SAME", name="conv")
+        self._conv = _Conv2D(channels, 3, stride=1, padding="SAME", name="conv")
         self._blocks = [
             (
-                snt.Conv2D(channels, 3, stride=1, padding="SAME", name=f"res{i}_a"),
-                snt.Conv2D(channels, 3, stride=1, padding="SAME", name=f"res{i}_b"),
+                _Conv2D(channels, 3, stride=1, padding="SAME", name=f"res{i}_a"),
+                _Conv2D(channels, 3, stride=1, padding="SAME", name=f"res{i}_b"),
             )
             for i in range(num_blocks)
         ]
@@ -84,10 +126,15 @@ class _ResidualStage(snt.Module):
 
 
 class _DeepTorso(snt.Module):
-    """The paper's deep (15-layer residual) torso: [B, H, W, C] -> [B, 256]."""
+    """The paper's deep (15-layer residual) torso: [B, H, W, C] -> [B, 256].
 
-    def __init__(self, name: str = "deep_torso"):
+    The convolutions compute in `dtype` (float32 [B, H, W, C] in, float32
+    out either way); the fully connected layer in float32.
+    """
+
+    def __init__(self, dtype: tf.DType = tf.float32, name: str = "deep_torso"):
         super().__init__(name=name)
+        self._dtype = dtype
         self._stages = [
             _ResidualStage(c, n, name=f"stage{i}")
             for i, (c, n) in enumerate(DEEP_STAGES)
@@ -96,26 +143,30 @@ class _DeepTorso(snt.Module):
         self._linear = snt.Linear(TORSO_OUTPUT_SIZE, name="fc")
 
     def __call__(self, frame: tf.Tensor) -> tf.Tensor:
-        x = frame
+        x = tf.cast(frame, self._dtype)
         for stage in self._stages:
             x = stage(x)
-        x = tf.nn.relu(x)
+        x = tf.cast(tf.nn.relu(x), tf.float32)
         return tf.nn.relu(self._linear(self._flatten(x)))
 
 
 class _ShallowTorso(snt.Module):
-    """The paper's shallow torso (Nature DQN-like): [B, H, W, C] -> [B, 256]."""
+    """The paper's shallow torso (Nature DQN-like): [B, H, W, C] -> [B, 256].
 
-    def __init__(self, name: str = "shallow_torso"):
+    The convolutions compute in `dtype`, the fully connected layer in float32.
+    """
+
+    def __init__(self, dtype: tf.DType = tf.float32, name: str = "shallow_torso"):
         super().__init__(name=name)
-        self._conv1 = snt.Conv2D(16, 8, stride=4, padding="VALID", name="conv1")
-        self._conv2 = snt.Conv2D(32, 4, stride=2, padding="VALID", name="conv2")
+        self._dtype = dtype
+        self._conv1 = _Conv2D(16, 8, stride=4, padding="VALID", name="conv1")
+        self._conv2 = _Conv2D(32, 4, stride=2, padding="VALID", name="conv2")
         self._flatten = snt.Flatten()
         self._linear = snt.Linear(TORSO_OUTPUT_SIZE, name="fc")
 
     def __call__(self, frame: tf.Tensor) -> tf.Tensor:
-        x = tf.nn.relu(self._conv1(frame))
-        x = tf.nn.relu(self._conv2(x))
+        x = tf.nn.relu(self._conv1(tf.cast(frame, self._dtype)))
+        x = tf.cast(tf.nn.relu(self._conv2(x)), tf.float32)
         return tf.nn.relu(self._linear(self._flatten(x)))
 
 
@@ -167,9 +218,18 @@ class Agent(snt.Module):
         num_actions: int,
         torso: str = "deep",
         use_instruction: bool = True,
+        torso_dtype: str = "float32",
         name: str = "agent",
     ):
         """num_actions: policy size; torso: 'deep' or 'shallow'.
+
+        torso_dtype: 'float32' or 'bfloat16', what the torso's convolutions
+        compute in (its weights are float32 either way). bfloat16 is faster
+        on CPUs with AVX512_BF16 (BENCHMARKS.md) and rounds each convolution's
+        output to 8 bits of mantissa, so its outputs are float32's only
+        approximately; an actor's batch and the learner's [T x B] batch
+        still compute the same values (tests/experiment_test.py's log-rho
+        test), so V-trace sees no policy lag that the rounding made.
 
         use_instruction=False drops the instruction encoder and feeds the core
         zeros in its place: for levels whose instructions are all empty
@@ -181,10 +241,16 @@ class Agent(snt.Module):
         super().__init__(name=name)
         if torso not in TORSOS:
             raise ValueError(f"torso={torso!r} is not one of {TORSOS}")
+        if torso_dtype not in TORSO_DTYPES:
+            raise ValueError(
+                f"torso_dtype={torso_dtype!r} is not one of {TORSO_DTYPES}"
+            )
+        dtype = tf.as_dtype(torso_dtype)
         self._num_actions = num_actions
         self._torso_kind = torso
         with self.name_scope:
-            self._torso = _DeepTorso() if torso == "deep" else _ShallowTorso()
+            torso_class = _DeepTorso if torso == "deep" else _ShallowTorso
+            self._torso = torso_class(dtype)
             self._instruction = _InstructionEncoder() if use_instruction else None
             self._core = snt.LSTM(CORE_LSTM_SIZE, name="core_lstm")
             self._policy = snt.Linear(num_actions, name="policy_logits")

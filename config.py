@@ -43,13 +43,15 @@ class EnvironmentConfig:
 
 @dataclasses.dataclass(frozen=True)
 class AgentConfig:
-    """The network: `torso` is --agent ('deep' or 'shallow')."""
+    """The network: `torso` is --agent ('deep' or 'shallow'), `torso_dtype`
+    --torso_dtype ('float32' or 'bfloat16', what its convolutions compute in)."""
 
     torso: str
     num_actions: int
     # Whether any level has language instructions (DeepMind Lab's do, Atari's
     # never): without them the agent leaves out its instruction encoder.
     use_instruction: bool
+    torso_dtype: str = "float32"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -98,6 +98,14 @@ flags.DEFINE_integer("unroll_length", 100, "Unroll length in agent steps.")
 flags.DEFINE_integer("num_action_repeats", 4, "Environment frames per agent step.")
 flags.DEFINE_integer("seed", 1, "Random seed.")
 flags.DEFINE_enum("agent", "deep", list(agent_lib.TORSOS), "Agent network torso.")
+flags.DEFINE_enum(
+    "torso_dtype",
+    "float32",
+    list(agent_lib.TORSO_DTYPES),
+    "What the torso's convolutions compute in (weights stay float32, so "
+    "checkpoints do not depend on it). bfloat16 is faster on CPUs with "
+    "AVX512_BF16 and approximates float32's outputs.",
+)
 flags.DEFINE_bool(
     "dynamic_batching",
     True,
@@ -356,6 +364,7 @@ def config_from_flags(f: flags.FlagValues) -> Config:
             torso=agent_torso(f),
             num_actions=num_actions,
             use_instruction=environments.has_instructions(level_names),
+            torso_dtype=f.torso_dtype,
         ),
         learner=LearnerConfig(
             batch_size=f.batch_size,

@@ -71,7 +71,12 @@ def random_unrolls(specs, num_actions: int, count: int, rng):
 
 
 def bench_config(
-    agent_name: str, batch_size: int, unroll: int, mode: str, seconds: float
+    agent_name: str,
+    batch_size: int,
+    unroll: int,
+    mode: str,
+    seconds: float,
+    torso_dtype: str = "float32",
 ):
     import numpy as np
     import tensorflow as tf
@@ -86,7 +91,9 @@ def bench_config(
     level_names = (LEVEL,)
     num_actions = environments.num_actions(level_names)
     environment = EnvironmentConfig(LEVEL, level_names, num_actions)
-    agent_config = AgentConfig(agent_name, num_actions, use_instruction=False)
+    agent_config = AgentConfig(
+        agent_name, num_actions, use_instruction=False, torso_dtype=torso_dtype
+    )
     config = LearnerConfig(
         batch_size=batch_size,
         unroll_length=unroll,
@@ -212,13 +219,25 @@ def main() -> None:
     parser.add_argument("--modes", default="queue,fixed")
     parser.add_argument("--unroll_length", type=int, default=20)
     parser.add_argument(
+        "--torso_dtypes",
+        default="float32",
+        help="comma-separated --torso_dtype values (float32, bfloat16)",
+    )
+    parser.add_argument(
         "--seconds", type=float, default=8.0, help="timed seconds per configuration"
     )
     parser.add_argument(
         "--json",
-        default=os.path.join(common.REPO, "benchmarks", "results", "learner.json"),
+        default=None,
+        help="where to write the record; by default benchmarks/results/"
+        "learner.json, but only when every configuration ran (a subset would "
+        "replace the full record)",
     )
     args = parser.parse_args()
+    full_run = all(
+        getattr(args, name) == parser.get_default(name)
+        for name in ("agents", "batch_sizes", "modes", "unroll_length", "torso_dtypes")
+    )
 
     import tensorflow as tf  # noqa: F401  (after TF_CPP_MIN_LOG_LEVEL)
 
@@ -229,29 +248,33 @@ def main() -> None:
     started = time.time()
     results = []
     for agent_name in args.agents.split(","):
-        for batch_size in map(int, args.batch_sizes.split(",")):
-            for mode in args.modes.split(","):
-                r = bench_config(
-                    agent_name,
-                    batch_size,
-                    args.unroll_length,
-                    mode,
-                    args.seconds,
-                )
-                results.append(r)
-                print(
-                    f"{agent_name:>7} B={batch_size:<3} {mode:>5}: {r['learner_steps_per_s']:.2f} steps/s, "
-                    f"{r['frames_per_s']:.0f} frames/s, {r['ms_per_step']:.0f} ms/step, {r['cores']:.2f} cores, "
-                    f"{r['cpu_ms_per_step']:.0f} CPU ms/step, "
-                    f"load {r['load_start']:.1f}-{r['load_end']:.1f}",
-                    flush=True,
-                )
+        for torso_dtype in args.torso_dtypes.split(","):
+            for batch_size in map(int, args.batch_sizes.split(",")):
+                for mode in args.modes.split(","):
+                    r = bench_config(
+                        agent_name,
+                        batch_size,
+                        args.unroll_length,
+                        mode,
+                        args.seconds,
+                        torso_dtype,
+                    )
+                    r["torso_dtype"] = torso_dtype
+                    results.append(r)
+                    print(
+                        f"{agent_name:>7} {torso_dtype} B={batch_size:<3} {mode:>5}: "
+                        f"{r['learner_steps_per_s']:.2f} steps/s, "
+                        f"{r['frames_per_s']:.0f} frames/s, {r['ms_per_step']:.0f} ms/step, "
+                        f"{r['cores']:.2f} cores, {r['cpu_ms_per_step']:.0f} CPU ms/step, "
+                        f"load {r['load_start']:.1f}-{r['load_end']:.1f}",
+                        flush=True,
+                    )
     print()
     print(
-        "| agent | batch | unroll | input | learner steps/s | frames/s consumed | ms/step | cores used "
+        "| agent | torso dtype | batch | unroll | input | learner steps/s | frames/s consumed | ms/step | cores used "
         "| CPU ms/step | frames per CPU-second | load (start-end) |"
     )
-    print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|")
+    print("|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|")
     for r in results:
         mode = (
             "pre-filled queue (dequeue_many, time-major, stage)"
@@ -259,14 +282,20 @@ def main() -> None:
             else "fixed batch in variables"
         )
         print(
-            f"| {r['agent']} | {r['batch_size']} | {r['unroll_length']} | {mode} | {r['learner_steps_per_s']:.2f} "
+            f"| {r['agent']} | {r['torso_dtype']} | {r['batch_size']} | {r['unroll_length']} | {mode} | {r['learner_steps_per_s']:.2f} "
             f"| {r['frames_per_s']:.0f} | {r['ms_per_step']:.0f} | {r['cores']:.2f} | {r['cpu_ms_per_step']:.0f} "
             f"| {r['frames_per_cpu_s']:.0f} | {r['load_start']:.1f}-{r['load_end']:.1f} |"
         )
     duration = time.time() - started
     print(f"\n{duration:.0f} s")
-    os.makedirs(os.path.dirname(args.json), exist_ok=True)
-    with open(args.json, "w") as f:
+    path = args.json
+    if path is None:
+        if not full_run:
+            print("A subset ran: no record written (pass --json PATH to keep it).")
+            return
+        path = os.path.join(common.REPO, "benchmarks", "results", "learner.json")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
         json.dump(
             {
                 "machine": common.machine_info(),

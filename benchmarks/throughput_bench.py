@@ -225,9 +225,30 @@ PARTS["shared15b"] = [
     _shared("deep", 16, 4, 4),
 ]
 
-# Flags that a baseline may not have: a configuration using one runs on the
-# current code only.
-NEWER_FLAGS = ("envs_per_actor", "envs_per_process")
+
+def _bfloat16(config: dict) -> dict:
+    return dict(config, torso_dtype="bfloat16")
+
+
+# The torso's convolutions in bfloat16 (--torso_dtype, issue 15, third
+# round): the deep agent at the issue's 8 actors (one environment each on
+# the code the issue measured, --baseline_code=git:be5f506, and here), then
+# the best environment layouts in float32 and bfloat16, and the shallow
+# agent's best layout both ways.
+PARTS["bf16"] = [
+    _shared("deep", 8, 1, 1),
+    _shared("deep", 8, 4, 4),
+    _bfloat16(_shared("deep", 8, 4, 4)),
+    _bfloat16(_shared("deep", 8, 1, 1)),
+    _bfloat16(_shared("deep", 4, 4, 4)),
+    _bfloat16(_shared("deep", 16, 4, 4)),
+    _shared("shallow", 8, 8, 8),
+    _bfloat16(_shared("shallow", 8, 8, 8)),
+]
+
+# Flags that a baseline may not have, with their defaults: a configuration
+# that sets one to anything else runs on the current code only.
+NEWER_FLAGS = {"envs_per_actor": 1, "envs_per_process": 1, "torso_dtype": "float32"}
 
 
 def export_git_revision(revision: str) -> str:
@@ -386,9 +407,9 @@ def run_part(part: str, args) -> dict:
             # the next, so a position effect cancels out over the rounds.
             order = variants[::-1] if args.alternate and repeat % 2 else variants
             if any(
-                config.get(flag, 1) > 1
+                config.get(flag, default) != default
                 and (not args.baseline_code or f'"{flag}"' not in base_source)
-                for flag in NEWER_FLAGS
+                for flag, default in NEWER_FLAGS.items()
             ):
                 order = [v for v in order if v[0] == "current"]
             for label, directory, has_flag in order:
@@ -486,6 +507,7 @@ def table(result: dict) -> str:
             c["num_actors"],
             c.get("envs_per_actor", 1),
             c.get("envs_per_process", 1),
+            c.get("torso_dtype", "float32"),
             c["batch_size"],
             c["unroll_length"],
             dynamic_batching,
@@ -507,6 +529,9 @@ def table(result: dict) -> str:
         actors = f"{c['num_actors']} x {k} envs" if k > 1 else str(c["num_actors"])
         if c.get("envs_per_process", 1) > 1:
             actors += f", {c['envs_per_process']} per process"
+        agent = c["agent"]
+        if c.get("torso_dtype", "float32") != "float32":
+            agent += f" ({c['torso_dtype']})"
         ratio = ""
         if c["dynamic_batching"]:
             other = by_key.get(key(run, False))
@@ -517,7 +542,7 @@ def table(result: dict) -> str:
         main_cpu = run["cpu_total_s"] - env_cpu
         per_cpu = fps * run["window_s"] / run["cpu_total_s"]
         lines.append(
-            f"| {run['code']}{_env_label(c)}, {run['repeat'] + 1} | {c['agent']} | {actors} | {c['batch_size']} | {c['unroll_length']} "
+            f"| {run['code']}{_env_label(c)}, {run['repeat'] + 1} | {agent} | {actors} | {c['batch_size']} | {c['unroll_length']} "
             f"| {'on' if c['dynamic_batching'] and k == 1 else 'off'} | {fps:.0f} | {fps / FRAMES_PER_AGENT_STEP:.0f} "
             f"| {run['learner_steps_per_s']:.2f} | {fps / ceiling:.1%} | {ratio} "
             f"| {main_cpu / run['window_s']:.2f} + {env_cpu / run['window_s']:.2f} "
@@ -613,10 +638,11 @@ def plot_grid15(result: dict, out: str) -> None:
     print(f"Wrote {out}")
 
 
-def plot_shared15(result: dict, out: str) -> None:
+def plot_shared15(result: dict, out: str, targets=None, title=None) -> None:
     """benchmarks/plots/throughput_shared15.png: each configuration's frames/s
     as a fraction of the ceiling, and its CPU-ms per agent step by thread
-    group, one process per environment against M to a process."""
+    group, one process per environment against M to a process (and bfloat16
+    torsos, the bf16 part's plot). `targets`: (fraction, label) lines."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -637,10 +663,18 @@ def plot_shared15(result: dict, out: str) -> None:
         label = f"{code}: {c['agent']} {c['num_actors']}x{k}"
         label += f", {m}/proc" if m > 1 else ""
         label += f", T={c['unroll_length']}" if c["unroll_length"] != 20 else ""
+        bfloat16 = c.get("torso_dtype") == "bfloat16"
+        label += ", bfloat16" if bfloat16 else ""
         labels.append(label)
         fractions.append(run["frames_per_s"] / ceiling)
         colors.append(
-            "tab:green" if m > 1 else "tab:grey" if code == "before" else "tab:blue"
+            "tab:olive"
+            if bfloat16
+            else "tab:green"
+            if m > 1
+            else "tab:grey"
+            if code == "before"
+            else "tab:blue"
         )
         steps = run["frames_per_s"] / FRAMES_PER_AGENT_STEP * run["window_s"]
         cpu = run["cpu_s"]
@@ -653,7 +687,10 @@ def plot_shared15(result: dict, out: str) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(13, 5.5), sharey=True)
     ys = range(len(labels))
     axes[0].barh(ys, fractions, color=colors)
-    axes[0].axvline(0.30, color="tab:red", ls="--", lw=1, label="issue 15 target: 30 %")
+    for (fraction, name), ls in zip(
+        targets or [(0.30, "issue 15 target: 30 %")], ("--", ":"), strict=False
+    ):
+        axes[0].axvline(fraction, color="tab:red", ls=ls, lw=1, label=name)
     axes[0].set_xlabel(f"fraction of the raw-ALE ceiling ({ceiling:,.0f} frames/s)")
     axes[0].legend(fontsize=8, loc="lower right")
     left = [0.0] * len(labels)
@@ -669,7 +706,8 @@ def plot_shared15(result: dict, out: str) -> None:
     for ax in axes:
         ax.grid(axis="x", alpha=0.3)
     fig.suptitle(
-        "atari/pong training, batch 8: grey = code before, blue = after with one "
+        title
+        or "atari/pong training, batch 8: grey = code before, blue = after with one "
         "process per environment, green = M environments per process (2 cores)",
         fontsize=9,
     )
@@ -677,7 +715,36 @@ def plot_shared15(result: dict, out: str) -> None:
     fig.savefig(out, dpi=110)
 
 
+def plot_bf16(result: dict, out: str) -> None:
+    """benchmarks/plots/throughput_bf16.png: the bf16 part, with the deep
+    target (1.5x the code before at 8 actors) and the shallow one (30 %)."""
+    ceiling = result["ceiling_frames_per_s"]
+    before = [
+        r["frames_per_s"]
+        for r in result["runs"]
+        if r["code"] != "current" and r["config"]["agent"] == "deep"
+    ]
+    targets = [(0.30, "shallow target: 30 %")]
+    if before:
+        targets.insert(
+            0,
+            (1.5 * before[0] / ceiling, "deep target: 1.5x the code before, 8 actors"),
+        )
+    plot_shared15(
+        result,
+        out,
+        targets,
+        "atari/pong training, batch 8: grey = code the issue measured (be5f506), "
+        "blue/green = float32 torso, olive = bfloat16 torso (2 cores)",
+    )
+
+
 def plot() -> None:
+    bf16 = os.path.join(RESULTS_DIR, "throughput_bf16.json")
+    if os.path.exists(bf16):
+        with open(bf16) as f:
+            os.makedirs(PLOTS_DIR, exist_ok=True)
+            plot_bf16(json.load(f), os.path.join(PLOTS_DIR, "throughput_bf16.png"))
     shared15 = os.path.join(RESULTS_DIR, "throughput_shared15.json")
     if os.path.exists(shared15):
         with open(shared15) as f:

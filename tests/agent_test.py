@@ -239,3 +239,73 @@ def test_without_instruction_encoder_same_outputs_on_empty_instructions():
             after_full, after_lean = session.run(outputs)
     assert not np.allclose(before_full, before_lean)  # different weights first
     np.testing.assert_allclose(after_full, after_lean, atol=1e-5)
+
+
+def test_unknown_torso_dtype_is_an_error():
+    with pytest.raises(ValueError, match="torso_dtype"):
+        agent_lib.Agent(4, torso="shallow", torso_dtype="float16")
+
+
+@pytest.mark.parametrize("padding,stride", [("VALID", 4), ("SAME", 1)])
+def test_conv_is_sonnets_conv_in_float32(padding, stride):
+    """_Conv2D has snt.Conv2D's variables (names, shapes, dtypes) and, given
+    the same weights, computes the same float32 outputs."""
+    with tf.Graph().as_default():
+        ours = agent_lib._Conv2D(16, 8, stride, padding, name="conv")  # noqa: SLF001
+        sonnets = snt.Conv2D(16, 8, stride=stride, padding=padding, name="conv")
+        x = tf.constant(np.random.RandomState(0).rand(2, 84, 84, 4), tf.float32)
+        y_ours, y_sonnets = ours(x), sonnets(x)
+        assert [(v.name, v.shape, v.dtype) for v in ours.variables] == [
+            (v.name.replace("conv_1/", "conv/"), v.shape, v.dtype)
+            for v in sonnets.variables
+        ]
+        copy = [
+            a.assign(b) for a, b in zip(ours.variables, sonnets.variables, strict=True)
+        ]
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            session.run(copy)
+            a, b = session.run((y_ours, y_sonnets))
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("torso", ["deep", "shallow"])
+def test_bfloat16_torso_keeps_float32_weights_and_approximates_float32(torso):
+    """--torso_dtype=bfloat16 changes what the convolutions compute in, not
+    the variables (a float32 checkpoint restores into it); its logits and
+    baselines are float32's up to bfloat16 rounding, and every variable
+    still gets a float32 gradient."""
+    t, b = 3, 4
+    with tf.Graph().as_default():
+        agents = [
+            agent_lib.Agent(6, torso=torso, use_instruction=False, name=name, **kw)
+            for name, kw in (("f32", {}), ("bf16", {"torso_dtype": "bfloat16"}))
+        ]
+        env = to_constants(make_env_outputs([t, b]))
+        actions = tf.constant(np.random.RandomState(1).randint(0, 6, [t, b]), tf.int32)
+        outputs = [a.unroll(actions, env, a.initial_state(b))[0] for a in agents]
+        loss = tf.reduce_sum(outputs[1].policy_logits) + tf.reduce_sum(
+            outputs[1].baseline
+        )
+        grads = tf.gradients(loss, agents[1].trainable_variables)
+        f32_vars, bf16_vars = (a.trainable_variables for a in agents)
+
+        def short(v):
+            return v.name.split("/", 1)[1]
+
+        assert [(short(v), v.shape) for v in f32_vars] == [
+            (short(v), v.shape) for v in bf16_vars
+        ]
+        assert all(v.dtype == tf.float32 for v in bf16_vars)
+        assert all(g is not None and g.dtype == tf.float32 for g in grads)
+        copy = [x.assign(y) for x, y in zip(bf16_vars, f32_vars, strict=True)]
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            session.run(copy)
+            f32, bf16, grads_v = session.run((outputs[0], outputs[1], grads))
+    assert all(np.all(np.isfinite(g)) for g in grads_v)
+    for field in ("policy_logits", "baseline"):
+        a, b = getattr(f32, field), getattr(bf16, field)
+        scale = np.abs(a).max()
+        assert np.abs(a - b).max() < 0.05 * scale, field
+        assert not np.array_equal(a, b), field  # it did compute in bfloat16

@@ -577,7 +577,12 @@ def test_learner_recomputes_the_actors_policy_exactly(inference):
 
 
 def pipeline_log_rhos(
-    envs_per_actor: int, envs_per_process: int, learning_rate: float, steps: int
+    envs_per_actor: int,
+    envs_per_process: int,
+    learning_rate: float,
+    steps: int,
+    torso_dtype: str = "float32",
+    torso: str = "shallow",
 ):
     """max |log rho| of each of `steps` learner updates of the whole
     single-machine pipeline: actor threads (dynamic batching with one
@@ -592,6 +597,7 @@ def pipeline_log_rhos(
             envs_per_actor=envs_per_actor,
             envs_per_process=envs_per_process,
         ),
+        agent=dataclasses.replace(config.agent, torso=torso, torso_dtype=torso_dtype),
     )
     run, learner_config = config.run, config.learner
     specs = actors.actor_output_specs(
@@ -636,9 +642,18 @@ def pipeline_log_rhos(
     return maxima
 
 
-@pytest.mark.parametrize("envs_per_actor,envs_per_process", [(1, 1), (2, 1), (4, 2)])
+@pytest.mark.parametrize(
+    "envs_per_actor,envs_per_process,torso,torso_dtype",
+    [
+        (1, 1, "shallow", "float32"),
+        (2, 1, "shallow", "float32"),
+        (4, 2, "shallow", "float32"),
+        (1, 1, "shallow", "bfloat16"),
+        (4, 2, "deep", "bfloat16"),
+    ],
+)
 def test_training_pipeline_pairs_each_action_with_its_policy(
-    envs_per_actor, envs_per_process
+    envs_per_actor, envs_per_process, torso, torso_dtype
 ):
     """With learning rate 0 the learner's policy is the actors', so every
     log rho of every batch that comes through the real pipeline is 0: each
@@ -646,10 +661,12 @@ def test_training_pipeline_pairs_each_action_with_its_policy(
     action that produced it, K environments per actor included, and
     environments that share a process. With updates (the control) the
     learner's policy moves ahead of the actors' and the log rhos do not stay
-    0, so the check can fail."""
+    0, so the check can fail. A bfloat16 torso too: the actors' batches of
+    1-4 and the learner's of T x B compute the same rounded values."""
     args = (envs_per_actor, envs_per_process)
-    assert max(pipeline_log_rhos(*args, 0.0, steps=6)) < 1e-4
-    assert max(pipeline_log_rhos(*args, 0.01, steps=6)) > 1e-3
+    kwargs = dict(torso=torso, torso_dtype=torso_dtype)
+    assert max(pipeline_log_rhos(*args, 0.0, steps=6, **kwargs)) < 1e-4
+    assert max(pipeline_log_rhos(*args, 0.01, steps=6, **kwargs)) > 1e-3
 
 
 def test_learner_updates_lower_the_loss_on_a_fixed_batch():
