@@ -60,6 +60,7 @@ def create_agent(config: AgentConfig, name: str = "agent") -> agent_lib.Agent:
         torso=config.torso,
         use_instruction=config.use_instruction,
         torso_dtype=config.torso_dtype,
+        use_lstm=config.use_lstm,
         name=name,
     )
 

@@ -219,9 +219,17 @@ class Agent(snt.Module):
         torso: str = "deep",
         use_instruction: bool = True,
         torso_dtype: str = "float32",
+        use_lstm: bool = True,
         name: str = "agent",
     ):
         """num_actions: policy size; torso: 'deep' or 'shallow'.
+
+        use_lstm=False leaves out the LSTM core (the paper's agent has it):
+        the policy and baseline heads read the core's inputs directly (torso
+        output, clipped reward, one-hot last action, instruction code), as
+        TorchBeast's agent does without --use_lstm. There is then no core
+        state: `initial_state` is the empty tuple and every state argument
+        and result is ().
 
         torso_dtype: 'float32' or 'bfloat16', what the torso's convolutions
         compute in (its weights are float32 either way). bfloat16 is faster
@@ -252,7 +260,9 @@ class Agent(snt.Module):
             torso_class = _DeepTorso if torso == "deep" else _ShallowTorso
             self._torso = torso_class(dtype)
             self._instruction = _InstructionEncoder() if use_instruction else None
-            self._core = snt.LSTM(CORE_LSTM_SIZE, name="core_lstm")
+            self._core = (
+                snt.LSTM(CORE_LSTM_SIZE, name="core_lstm") if use_lstm else None
+            )
             self._policy = snt.Linear(num_actions, name="policy_logits")
             self._baseline = snt.Linear(1, name="baseline")
 
@@ -269,8 +279,15 @@ class Agent(snt.Module):
         """
         return hasattr(self._baseline, "w")  # snt.Linear makes w on its first call.
 
-    def initial_state(self, batch_size) -> snt.LSTMState:
-        """Zero core state: LSTMState(hidden [B, 256], cell [B, 256])."""
+    @property
+    def use_lstm(self) -> bool:
+        return self._core is not None
+
+    def initial_state(self, batch_size) -> snt.LSTMState | tuple:
+        """Zero core state: LSTMState(hidden [B, 256], cell [B, 256]); () for
+        an agent without the LSTM."""
+        if self._core is None:
+            return ()
         return self._core.initial_state(batch_size)
 
     def _encode(self, last_actions: tf.Tensor, env_outputs) -> tf.Tensor:
@@ -310,6 +327,8 @@ class Agent(snt.Module):
         # The torso and instruction encoder have no recurrence: run them on
         # all T * B steps at once.
         features = snt.BatchApply(self._encode, num_dims=2)(actions, env_outputs)
+        if self._core is None:
+            return snt.BatchApply(self._head, num_dims=2)(features), ()
         done = env_outputs.done
         initial = self.initial_state(tf.shape(actions)[1])
         core_outputs = []

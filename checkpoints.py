@@ -255,20 +255,36 @@ def check_checkpoint_fits(checkpoint: str | None, logdir: str, model: str) -> No
             )
 
 
+def _saved_names(logdir: str) -> list[str] | None:
+    """The variable names of the newest readable checkpoint in `logdir`;
+    None when there is none."""
+    for prefix in find_checkpoints(logdir):
+        try:
+            return [name for name, _ in tf.train.list_variables(prefix)]
+        except Exception:  # noqa: BLE001 - a damaged one: try the next.
+            continue
+    return None
+
+
 def saved_torso(logdir: str, torsos: tuple[str, ...]) -> str | None:
     """Which of `torsos` ('deep', 'shallow') the newest checkpoint in `logdir`
     holds, read from its variable names (agent/<torso>_torso/...); None when
     there is no readable checkpoint or it holds none of them."""
-    for prefix in find_checkpoints(logdir):
-        try:
-            names = [name for name, _ in tf.train.list_variables(prefix)]
-        except Exception:  # noqa: BLE001 - a damaged one: try the next.
-            continue
-        for torso in torsos:
-            if any(name.startswith(f"agent/{torso}_torso/") for name in names):
-                return torso
-        return None
+    names = _saved_names(logdir) or []
+    for torso in torsos:
+        if any(name.startswith(f"agent/{torso}_torso/") for name in names):
+            return torso
     return None
+
+
+def saved_use_lstm(logdir: str) -> bool | None:
+    """Whether the newest checkpoint in `logdir` holds the agent's LSTM core
+    (agent/core_lstm/...); None when there is no readable checkpoint or it
+    holds no agent."""
+    names = [name for name in _saved_names(logdir) or [] if is_weight(name)]
+    if not names:
+        return None
+    return any(name.startswith("agent/core_lstm/") for name in names)
 
 
 def is_weight(name: str) -> bool:

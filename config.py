@@ -44,7 +44,8 @@ class EnvironmentConfig:
 @dataclasses.dataclass(frozen=True)
 class AgentConfig:
     """The network: `torso` is --agent ('deep' or 'shallow'), `torso_dtype`
-    --torso_dtype ('float32' or 'bfloat16', what its convolutions compute in)."""
+    --torso_dtype ('float32' or 'bfloat16', what its convolutions compute in),
+    `use_lstm` --use_lstm (False: no LSTM core, the heads read its inputs)."""
 
     torso: str
     num_actions: int
@@ -52,6 +53,7 @@ class AgentConfig:
     # never): without them the agent leaves out its instruction encoder.
     use_instruction: bool
     torso_dtype: str = "float32"
+    use_lstm: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,7 +131,9 @@ class Config:
             per_actor += f" ({shared} per process)"
         return (
             f"{environment.level_name} ({levels} level{'s' if levels > 1 else ''}, "
-            f"{environment.num_actions} actions), {self.agent.torso} agent, "
+            f"{environment.num_actions} actions), {self.agent.torso} agent"
+            f"{'' if self.agent.use_lstm else ' without LSTM'}"
+            f"{' (bfloat16 torso)' if self.agent.torso_dtype == 'bfloat16' else ''}, "
             f"{actors} actor{'s' if actors > 1 else ''}{per_actor}, batch {learner.batch_size}, "
             f"unroll {learner.unroll_length}, "
             f"{learner.total_environment_frames:,} frames, logdir {self.run.logdir}"
@@ -137,4 +141,7 @@ class Config:
 
     def describe_model(self) -> str:
         """The flags a checkpoint must have been trained with, for messages."""
-        return f"--agent={self.agent.torso}, --level_name={self.environment.level_name}"
+        return (
+            f"--agent={self.agent.torso}, --use_lstm={str(self.agent.use_lstm).lower()}, "
+            f"--level_name={self.environment.level_name}"
+        )

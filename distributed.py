@@ -577,7 +577,7 @@ def _why_not_ready(server, proto, ops: ActorTaskOps, learner_host: str) -> str |
     return (
         f"the learner has no variable(s) {', '.join(model[:3])} ({len(model)} "
         f"of {total}): it runs another model; give this actor the learner's "
-        f"--agent and --level_name"
+        f"--agent, --use_lstm and --level_name"
     )
 
 
@@ -601,7 +601,8 @@ def _remote_run(session, fetches, what: str, timeout_ms: int = REMOTE_CALL_TIMEO
         # Shapes that do not match the learner's: retrying cannot help.
         raise FlagError(
             f"{what}: {first_line(e)}; give every task the learner's "
-            f"--level_name, --agent, --unroll_length, --width and --height."
+            f"--level_name, --agent, --use_lstm, --unroll_length, --width and "
+            f"--height."
         ) from None
     except tf.errors.OpError as e:
         raise LearnerLostError(f"{what}: {first_line(e)}") from None
@@ -723,7 +724,7 @@ def _send_unroll(
                 f"the learner at {config.learner_host} takes unrolls of "
                 f"another shape ({first_line(e)}); give every task the same "
                 f"--level_name, --unroll_length, --width, --height and "
-                f"--agent as the learner."
+                f"--agent and --use_lstm as the learner."
             ) from None
         except tf.errors.OpError as e:
             raise LearnerLostError(f"sending an unroll: {first_line(e)}") from None

@@ -98,6 +98,13 @@ flags.DEFINE_integer("unroll_length", 100, "Unroll length in agent steps.")
 flags.DEFINE_integer("num_action_repeats", 4, "Environment frames per agent step.")
 flags.DEFINE_integer("seed", 1, "Random seed.")
 flags.DEFINE_enum("agent", "deep", list(agent_lib.TORSOS), "Agent network torso.")
+flags.DEFINE_bool(
+    "use_lstm",
+    True,
+    "The agent's LSTM core (the paper's); false feeds the policy and baseline "
+    "heads the core's inputs directly (a feed-forward agent on the stacked "
+    "Atari frames, as TorchBeast's default).",
+)
 flags.DEFINE_enum(
     "torso_dtype",
     "float32",
@@ -365,6 +372,7 @@ def config_from_flags(f: flags.FlagValues) -> Config:
             num_actions=num_actions,
             use_instruction=environments.has_instructions(level_names),
             torso_dtype=f.torso_dtype,
+            use_lstm=agent_use_lstm(f),
         ),
         learner=LearnerConfig(
             batch_size=f.batch_size,
@@ -402,6 +410,25 @@ def agent_torso(f: flags.FlagValues) -> str:
         torso,
     )
     return torso
+
+
+def agent_use_lstm(f: flags.FlagValues) -> bool:
+    """--use_lstm; in test mode without it on the command line, whether the
+    checkpoint in --logdir has the LSTM core (as agent_torso does for the
+    torso)."""
+    if f.mode != "test" or f["use_lstm"].present:
+        return f.use_lstm
+    saved = checkpoints.saved_use_lstm(f.logdir)
+    if saved is None or saved == f.use_lstm:
+        return f.use_lstm
+    logging.info(
+        "--mode=test: the checkpoint in %s holds an agent %s the LSTM core; "
+        "evaluating it with --use_lstm=%s.",
+        f.logdir,
+        "with" if saved else "without",
+        str(saved).lower(),
+    )
+    return saved
 
 
 def level_cache_dir(f: flags.FlagValues, level_name: str) -> str:

@@ -309,3 +309,59 @@ def test_bfloat16_torso_keeps_float32_weights_and_approximates_float32(torso):
         scale = np.abs(a).max()
         assert np.abs(a - b).max() < 0.05 * scale, field
         assert not np.array_equal(a, b), field  # it did compute in bfloat16
+
+
+def test_feed_forward_agent_has_no_core_state_and_steps_as_it_unrolls():
+    """use_lstm=False: no LSTM variables, the empty tuple as core state, heads
+    on the core's inputs ([torso 256, reward, one-hot action, code 64]), and
+    with no memory the one-step call at t computes what the unroll does at t
+    whatever came before (an LSTM agent's would differ)."""
+    t, b, num_actions = 4, 3, 6
+    with tf.Graph().as_default():
+        agents = [
+            agent_lib.Agent(
+                num_actions, torso="shallow", use_instruction=False, use_lstm=lstm
+            )
+            for lstm in (False, True)
+        ]
+        env = to_constants(make_env_outputs([t, b], seed=4))
+        actions = tf.constant(
+            np.random.RandomState(5).randint(0, num_actions, [t, b]), tf.int32
+        )
+        results = []
+        for agent in agents:
+            unrolled, final = agent.unroll(actions, env, agent.initial_state(b))
+            last = tf.nest.map_structure(lambda x: x[-1], env)
+            stepped, _ = agent(actions[-1], last, agent.initial_state(b))
+            results.append((unrolled, stepped, final))
+        ff, lstm = agents
+        assert ff.initial_state(b) == () and results[0][2] == ()
+        assert not ff.use_lstm and lstm.use_lstm
+        ff_names = {v.name.split("/", 1)[1] for v in ff.trainable_variables}
+        assert not any(n.startswith("core_lstm/") for n in ff_names)
+        assert ff._policy.w.shape == (256 + 1 + num_actions + 64, num_actions)  # noqa: SLF001
+        values = run([(unrolled, stepped) for unrolled, stepped, _ in results])
+    (ff_unrolled, ff_stepped), (lstm_unrolled, lstm_stepped) = values
+    np.testing.assert_allclose(
+        ff_unrolled.policy_logits[-1], ff_stepped.policy_logits, atol=1e-5
+    )
+    np.testing.assert_allclose(ff_unrolled.baseline[-1], ff_stepped.baseline, atol=1e-5)
+    assert not np.allclose(lstm_unrolled.baseline[-1], lstm_stepped.baseline, atol=1e-5)
+
+
+def test_feed_forward_parameter_count():
+    """The shallow agent without its LSTM: the LSTM's parameters fewer, the
+    heads wider (they read the 327 core inputs instead of 256 outputs)."""
+    num_actions = 6
+    with tf.Graph().as_default():
+        agent = agent_lib.Agent(num_actions, torso="shallow", use_lstm=False)
+        agent(tf.zeros([1], tf.int32), to_constants(make_env_outputs([1])), ())
+        count = agent_lib.count_parameters(agent.trainable_variables)
+    inputs = 256 + 1 + num_actions + 64
+    lstm = (inputs + 256) * 4 * 256 + 4 * 256
+    heads_lstm = 256 * num_actions + num_actions + 256 + 1
+    heads_ff = inputs * num_actions + num_actions + inputs + 1
+    assert (
+        count
+        == _expected_parameters("shallow", num_actions) - lstm - heads_lstm + heads_ff
+    )

@@ -335,6 +335,56 @@ def test_checkpoint_of_another_agent_is_a_clear_error(trained, capsys):
     check_one_error_line(capsys.readouterr().err, "checkpoint does not fit")
 
 
+@pytest.mark.slow
+def test_checkpoint_with_another_core_is_a_clear_error(trained, capsys):
+    # The run has the LSTM core; a feed-forward agent's heads are wider.
+    code = run_command_line(
+        "--level_name=atari/pong",
+        f"--logdir={trained.logdir}",
+        "--mode=test",
+        "--use_lstm=false",
+    )
+    assert code == 2
+    err = capsys.readouterr().err
+    check_one_error_line(err, "checkpoint does not fit")
+    assert "--use_lstm=false" in err
+
+
+@pytest.mark.slow
+def test_feed_forward_agent_trains_and_test_mode_reads_it_from_the_checkpoint(
+    tmp_path,
+):
+    """--use_lstm=false end to end: training writes a checkpoint without the
+    LSTM core, and test mode without the flag (default true) finds that out
+    from the checkpoint, says so, and plays."""
+    logdir = str(tmp_path / "ff")
+    result = run_experiment(
+        *SMALL,
+        "--use_lstm=false",
+        f"--logdir={logdir}",
+        "--total_environment_frames=800",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    names = [name for name, _ in tf.train.list_variables(logdir)]
+    assert any(n.startswith("agent/shallow_torso/") for n in names)
+    assert not any("core_lstm" in n for n in names)
+    assert checkpoints.saved_use_lstm(logdir) is False
+    result = run_experiment(
+        "--level_name=atari/pong",
+        f"--logdir={logdir}",
+        "--mode=test",
+        "--test_num_episodes=1",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (
+        "holds an agent without the LSTM core; evaluating it with --use_lstm=false"
+        in (result.stderr)
+    )
+    with open(os.path.join(logdir, experiment.TEST_RESULTS_FILE)) as f:
+        (episode_return,) = json.load(f)["levels"]["atari/pong"]["returns"]
+    assert -21 <= episode_return <= 21
+
+
 # -- bad flags: one line, non-zero exit, no traceback ---------------------------
 
 
@@ -581,8 +631,7 @@ def pipeline_log_rhos(
     envs_per_process: int,
     learning_rate: float,
     steps: int,
-    torso_dtype: str = "float32",
-    torso: str = "shallow",
+    **agent_overrides,
 ):
     """max |log rho| of each of `steps` learner updates of the whole
     single-machine pipeline: actor threads (dynamic batching with one
@@ -597,7 +646,7 @@ def pipeline_log_rhos(
             envs_per_actor=envs_per_actor,
             envs_per_process=envs_per_process,
         ),
-        agent=dataclasses.replace(config.agent, torso=torso, torso_dtype=torso_dtype),
+        agent=dataclasses.replace(config.agent, **agent_overrides),
     )
     run, learner_config = config.run, config.learner
     specs = actors.actor_output_specs(
@@ -643,17 +692,19 @@ def pipeline_log_rhos(
 
 
 @pytest.mark.parametrize(
-    "envs_per_actor,envs_per_process,torso,torso_dtype",
+    "envs_per_actor,envs_per_process,agent_overrides",
     [
-        (1, 1, "shallow", "float32"),
-        (2, 1, "shallow", "float32"),
-        (4, 2, "shallow", "float32"),
-        (1, 1, "shallow", "bfloat16"),
-        (4, 2, "deep", "bfloat16"),
+        (1, 1, {}),
+        (2, 1, {}),
+        (4, 2, {}),
+        (1, 1, {"torso_dtype": "bfloat16"}),
+        (4, 2, {"torso": "deep", "torso_dtype": "bfloat16"}),
+        (1, 1, {"use_lstm": False}),
+        (4, 2, {"use_lstm": False}),
     ],
 )
 def test_training_pipeline_pairs_each_action_with_its_policy(
-    envs_per_actor, envs_per_process, torso, torso_dtype
+    envs_per_actor, envs_per_process, agent_overrides
 ):
     """With learning rate 0 the learner's policy is the actors', so every
     log rho of every batch that comes through the real pipeline is 0: each
@@ -662,11 +713,11 @@ def test_training_pipeline_pairs_each_action_with_its_policy(
     environments that share a process. With updates (the control) the
     learner's policy moves ahead of the actors' and the log rhos do not stay
     0, so the check can fail. A bfloat16 torso too: the actors' batches of
-    1-4 and the learner's of T x B compute the same rounded values."""
+    1-4 and the learner's of T x B compute the same rounded values. A
+    feed-forward agent (no core state in the unrolls) too."""
     args = (envs_per_actor, envs_per_process)
-    kwargs = dict(torso=torso, torso_dtype=torso_dtype)
-    assert max(pipeline_log_rhos(*args, 0.0, steps=6, **kwargs)) < 1e-4
-    assert max(pipeline_log_rhos(*args, 0.01, steps=6, **kwargs)) > 1e-3
+    assert max(pipeline_log_rhos(*args, 0.0, steps=6, **agent_overrides)) < 1e-4
+    assert max(pipeline_log_rhos(*args, 0.01, steps=6, **agent_overrides)) > 1e-3
 
 
 def test_learner_updates_lower_the_loss_on_a_fixed_batch():
