@@ -338,9 +338,18 @@ def assert_exit_0(tasks: Tasks, name: str, process: subprocess.Popen, timeout):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("envs_per_actor", [1, 2])
+@pytest.mark.parametrize(
+    "envs_per_actor,agent_flags",
+    [
+        (1, []),
+        (2, []),
+        # A feed-forward agent (no core state in the unrolls) with a bfloat16
+        # torso, on the learner and the actor tasks alike.
+        (2, ["--use_lstm=false", "--torso_dtype=bfloat16"]),
+    ],
+)
 def test_launcher_trains_a_learner_and_two_actors_to_the_target(
-    tasks, tmp_path, envs_per_actor
+    tasks, tmp_path, envs_per_actor, agent_flags
 ):
     logdir = str(tmp_path / "run")
     launcher = tasks.start(
@@ -351,6 +360,7 @@ def test_launcher_trains_a_learner_and_two_actors_to_the_target(
             f"--logdir={logdir}",
             *SMALL,
             f"--envs_per_actor={envs_per_actor}",
+            *agent_flags,
             "--total_environment_frames=2000",
         ],
     )
@@ -370,11 +380,15 @@ def test_launcher_trains_a_learner_and_two_actors_to_the_target(
     learner_log = task_log("learner_0")
     assert "Training done" in learner_log
     assert "2 of 2 actor task(s) confirmed the end of training" in learner_log
+    sent = []
     for i in range(2):
         actor_log = task_log(f"actor_{i}")
         assert "learner finished" in actor_log
-        # Each actor task steps K environments and sends K unrolls a round.
-        assert f"(one per environment: {envs_per_actor})" in actor_log
+        sent += re.findall(r"one per environment: (\d+)\)", actor_log)
+    # An actor task steps K environments and sends K unrolls a round. On a
+    # loaded machine one actor can start so late that the other fills the
+    # 2,000 frames alone, so not every actor need have sent one.
+    assert sent and set(sent) == {str(envs_per_actor)}, sent
     assert saved_frames(logdir) >= 2000
 
 
