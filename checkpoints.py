@@ -289,8 +289,9 @@ def saved_use_lstm(logdir: str) -> bool | None:
 
 def is_weight(name: str) -> bool:
     """Whether checkpoint variable `name` is one of the agent's weights (not
-    an optimiser slot such as agent/.../w/RMSProp, not the frame counter)."""
-    return name.startswith("agent/") and "/RMSProp" not in name
+    an optimiser slot such as agent/.../w/RMSProp or .../w/Adam_1, not the
+    frame counter or Adam's beta powers)."""
+    return name.startswith("agent/") and not re.search(r"/(RMSProp|Adam)(_\d+)?$", name)
 
 
 def export_weights(logdir: str, out_dir: str) -> str:

@@ -58,8 +58,11 @@ class AgentConfig:
 
 @dataclasses.dataclass(frozen=True)
 class LearnerConfig:
-    """The V-trace loss and RMSProp (learner.py), and the frames per update
-    (batch_size x unroll_length x num_action_repeats)."""
+    """The V-trace loss and its optimiser (learner.py: RMSProp, the paper's,
+    or Adam), and the frames per update (batch_size x unroll_length x
+    num_action_repeats). decay and momentum are RMSProp's; epsilon is the
+    optimiser's (TensorFlow's RMSProp adds it inside the square root, Adam
+    outside)."""
 
     batch_size: int
     unroll_length: int
@@ -74,6 +77,7 @@ class LearnerConfig:
     momentum: float = 0.0
     epsilon: float = 0.1
     max_grad_norm: float = 0.0
+    optimizer: str = "rmsprop"
     # Frames over which the learning rate decays linearly to 0; 0 means
     # total_environment_frames (the paper's schedule).
     learning_rate_decay_frames: int = 0
@@ -143,5 +147,6 @@ class Config:
         """The flags a checkpoint must have been trained with, for messages."""
         return (
             f"--agent={self.agent.torso}, --use_lstm={str(self.agent.use_lstm).lower()}, "
+            f"--optimizer={self.learner.optimizer}, "
             f"--level_name={self.environment.level_name}"
         )

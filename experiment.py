@@ -39,6 +39,7 @@ import cluster  # noqa: E402
 import distributed  # noqa: E402
 import environments  # noqa: E402
 import evaluation  # noqa: E402
+import learner as learner_lib  # noqa: E402
 import pipeline  # noqa: E402
 import py_process  # noqa: E402
 import sessions  # noqa: E402
@@ -155,9 +156,20 @@ flags.DEFINE_integer(
     "Environment frames over which the learning rate decays linearly to 0 "
     "(and stays 0 after); 0 means --total_environment_frames.",
 )
+flags.DEFINE_enum(
+    "optimizer",
+    "rmsprop",
+    list(learner_lib.OPTIMIZERS),
+    "rmsprop (the paper's) or adam (TensorFlow's default betas).",
+)
 flags.DEFINE_float("decay", 0.99, "RMSProp optimizer decay.")
 flags.DEFINE_float("momentum", 0.0, "RMSProp momentum.")
-flags.DEFINE_float("epsilon", 0.1, "RMSProp epsilon.")
+flags.DEFINE_float(
+    "epsilon",
+    0.1,
+    "The optimizer's epsilon: inside RMSProp's square root (TensorFlow's "
+    "placement), outside Adam's.",
+)
 flags.DEFINE_float(
     "max_grad_norm",
     0.0,
@@ -388,6 +400,7 @@ def config_from_flags(f: flags.FlagValues) -> Config:
             momentum=f.momentum,
             epsilon=f.epsilon,
             max_grad_norm=f.max_grad_norm,
+            optimizer=f.optimizer,
             learning_rate_decay_frames=f.learning_rate_decay_frames,
         ),
     )

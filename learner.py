@@ -3,7 +3,8 @@
 `build_learner` takes a time-major batch of the actors' unrolls
 (`[T + 1, B, ...]`, step 0 being the last step of the previous unroll),
 unrolls the agent over it, computes V-trace targets (vtrace.py) and the
-paper's loss, and applies one RMSProp step whose learning rate decays
+paper's loss, and applies one RMSProp step (or Adam's, config.optimizer;
+the paper's is RMSProp) whose learning rate decays
 linearly to zero over the run's environment frames (or over
 `learning_rate_decay_frames`, then stays zero). The global step counts
 environment frames. Where the batch comes from (queues, staging) is
@@ -143,9 +144,7 @@ def build_learner(
         max(config.decay_frames, 1),
         end_learning_rate=0.0,
     )
-    optimizer = tf.compat.v1.train.RMSPropOptimizer(
-        learning_rate, config.decay, config.momentum, config.epsilon
-    )
+    optimizer = make_optimizer(config, learning_rate)
     grads_and_vars = optimizer.compute_gradients(
         total_loss, var_list=agent.trainable_variables
     )
@@ -189,6 +188,22 @@ def build_learner(
         learning_rate=learning_rate,
         vtrace_returns=vtrace_returns,
     )
+
+
+OPTIMIZERS = ("rmsprop", "adam")
+
+
+def make_optimizer(config: LearnerConfig, learning_rate: tf.Tensor):
+    """RMSProp (decay, momentum; epsilon inside the square root, and its mean
+    squares start at 1, as TensorFlow's v1 optimiser does) or Adam (TF's
+    default betas 0.9 and 0.999; epsilon outside the square root)."""
+    if config.optimizer == "rmsprop":
+        return tf.compat.v1.train.RMSPropOptimizer(
+            learning_rate, config.decay, config.momentum, config.epsilon
+        )
+    if config.optimizer == "adam":
+        return tf.compat.v1.train.AdamOptimizer(learning_rate, epsilon=config.epsilon)
+    raise ValueError(f"optimizer={config.optimizer!r} is not one of {OPTIMIZERS}")
 
 
 def guard_finite_update(

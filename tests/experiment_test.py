@@ -720,9 +720,10 @@ def test_training_pipeline_pairs_each_action_with_its_policy(
     assert max(pipeline_log_rhos(*args, 0.01, steps=6, **agent_overrides)) > 1e-3
 
 
-def test_learner_updates_lower_the_loss_on_a_fixed_batch():
+@pytest.mark.parametrize("optimizer", ["rmsprop", "adam"])
+def test_learner_updates_lower_the_loss_on_a_fixed_batch(optimizer):
     unrolls = collect_real_batch()
-    config = small_config().learner
+    config = dataclasses.replace(small_config().learner, optimizer=optimizer)
     with tf.Graph().as_default():
         tf.compat.v1.set_random_seed(2)
         agent = agent_lib.Agent(6, torso="shallow")

@@ -11,6 +11,7 @@ import shutil
 
 import imageio.v3 as iio
 import numpy as np
+import pytest
 import tensorflow as tf
 from run_helpers import REPO_ROOT, run_experiment
 
@@ -87,3 +88,21 @@ def test_readme_command_evaluates_the_agent_and_writes_a_video(tmp_path):
     assert pictures.shape[1:3] == (252, 252)  # 84 x 84, enlarged 3x
     assert pictures.dtype == np.uint8
     assert len(np.unique(pictures)) > 2
+
+
+@pytest.mark.parametrize(
+    "name,weight",
+    [
+        ("agent/shallow_torso/conv1/w", True),
+        ("agent/core_lstm/w_i", True),
+        ("agent/shallow_torso/conv1/w/RMSProp", False),
+        ("agent/shallow_torso/conv1/w/Adam", False),
+        ("agent/shallow_torso/conv1/w/Adam_1", False),
+        ("beta1_power", False),
+        ("global_step", False),
+    ],
+)
+def test_optimiser_slots_are_not_weights(name, weight):
+    """export_weights keeps the agent's weights only, RMSProp's and Adam's
+    slots out."""
+    assert checkpoints.is_weight(name) is weight
