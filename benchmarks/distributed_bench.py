@@ -160,8 +160,11 @@ def measure_netns(num_actors: int, window_lines: int) -> dict:
     }
 
 
-def measure(kind: str, num_actors: int, window_lines: int) -> float:
-    """Frames/s of one run; kind is 'single' or 'distributed'."""
+def measure(
+    kind: str, num_actors: int, window_lines: int, extra: tuple[str, ...] = ()
+) -> float:
+    """Frames/s of one run; kind is 'single' or 'distributed'; `extra` flags
+    follow FLAGS (a later flag wins)."""
     workdir = tempfile.mkdtemp(prefix=f"distributed_bench_{kind}_")
     logdir = os.path.join(workdir, "logdir")
     if kind == "single":
@@ -171,6 +174,7 @@ def measure(kind: str, num_actors: int, window_lines: int) -> float:
             f"--num_actors={num_actors}",
             f"--logdir={logdir}",
             *FLAGS,
+            *extra,
         ]
         log_path = os.path.join(workdir, "single.log")
     else:
@@ -181,6 +185,7 @@ def measure(kind: str, num_actors: int, window_lines: int) -> float:
             f"--num_actors={num_actors}",
             f"--logdir={logdir}",
             *FLAGS,
+            *extra,
         ]
         log_path = os.path.join(logdir, "logs", "learner_0.log")
     needed = window_lines + 1
@@ -228,10 +233,21 @@ def main() -> None:
         default="single,distributed",
         help="which of single, distributed (loopback), netns (namespace hosts)",
     )
+    parser.add_argument(
+        "--extra_flags",
+        default="",
+        help="training flags after the fixed ones, space-separated, e.g. "
+        "'--batch_size=8 --envs_per_actor=8 --envs_per_process=8' (single and "
+        "distributed kinds)",
+    )
     args = parser.parse_args()
+    extra = tuple(args.extra_flags.split())
     counts = [int(n) for n in args.actors.split(",")]
     kinds = args.kinds.split(",")
-    print(f"date: {datetime.date.today()}  nproc: {os.cpu_count()}")
+    print(
+        f"date: {datetime.date.today()}  nproc: {os.cpu_count()}  "
+        f"flags: {' '.join((*FLAGS, *extra))}"
+    )
     rows = {}
     for n in counts:
         for kind in kinds:
@@ -239,7 +255,7 @@ def main() -> None:
             if kind == "netns":
                 record = measure_netns(n, args.window_lines)
             else:
-                record = {"frames_per_s": measure(kind, n, args.window_lines)}
+                record = {"frames_per_s": measure(kind, n, args.window_lines, extra)}
             record["load_before"] = load_before
             rows[n, kind] = record
             print(f"N={n} {kind}: {record} (load average {load_before:.1f})")

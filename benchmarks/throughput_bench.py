@@ -246,6 +246,12 @@ PARTS["bf16"] = [
     _bfloat16(_shared("shallow", 8, 8, 8)),
 ]
 
+# The bf16 part's two rows that decide the deep target, for repeats
+# (--repeats 2 --alternate).
+PARTS["bf16_key"] = [_shared("deep", 8, 1, 1), _bfloat16(_shared("deep", 8, 4, 4))]
+# The same with 8 environments per actor (inference on batches of 8).
+PARTS["bf16_key8"] = [_shared("deep", 8, 1, 1), _bfloat16(_shared("deep", 8, 8, 8))]
+
 # Flags that a baseline may not have, with their defaults: a configuration
 # that sets one to anything else runs on the current code only.
 NEWER_FLAGS = {"envs_per_actor": 1, "envs_per_process": 1, "torso_dtype": "float32"}
