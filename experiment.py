@@ -410,36 +410,42 @@ def agent_torso(f: flags.FlagValues) -> str:
     """--agent; in test mode without --agent on the command line, the torso
     of the checkpoint in --logdir, so that weights trained with either agent
     (pretrained/atari_pong is shallow) evaluate without repeating the flag."""
-    if f.mode != "test" or f["agent"].present:
-        return f.agent
-    torso = checkpoints.saved_torso(f.logdir, agent_lib.TORSOS)
-    if torso is None or torso == f.agent:
-        return f.agent
-    logging.info(
-        "--mode=test: the checkpoint in %s holds the %s agent; evaluating it "
-        "with --agent=%s.",
-        f.logdir,
-        torso,
-        torso,
+    return _checkpoint_flag(
+        f,
+        "agent",
+        lambda: checkpoints.saved_torso(f.logdir, agent_lib.TORSOS),
+        lambda torso: f"the {torso} agent",
     )
-    return torso
 
 
 def agent_use_lstm(f: flags.FlagValues) -> bool:
     """--use_lstm; in test mode without it on the command line, whether the
-    checkpoint in --logdir has the LSTM core (as agent_torso does for the
-    torso)."""
-    if f.mode != "test" or f["use_lstm"].present:
-        return f.use_lstm
-    saved = checkpoints.saved_use_lstm(f.logdir)
-    if saved is None or saved == f.use_lstm:
-        return f.use_lstm
+    checkpoint in --logdir has the LSTM core."""
+    return _checkpoint_flag(
+        f,
+        "use_lstm",
+        lambda: checkpoints.saved_use_lstm(f.logdir),
+        lambda lstm: f"an agent {'with' if lstm else 'without'} the LSTM core",
+    )
+
+
+def _checkpoint_flag(f: flags.FlagValues, name: str, read_saved, describe):
+    """--`name`, or in test mode without it on the command line what the
+    checkpoint holds (read_saved(); None when it cannot tell), logged with
+    describe(saved)."""
+    value = f[name].value
+    if f.mode != "test" or f[name].present:
+        return value
+    saved = read_saved()
+    if saved is None or saved == value:
+        return value
+    shown = str(saved).lower() if isinstance(saved, bool) else saved
     logging.info(
-        "--mode=test: the checkpoint in %s holds an agent %s the LSTM core; "
-        "evaluating it with --use_lstm=%s.",
+        "--mode=test: the checkpoint in %s holds %s; evaluating it with --%s=%s.",
         f.logdir,
-        "with" if saved else "without",
-        str(saved).lower(),
+        describe(saved),
+        name,
+        shown,
     )
     return saved
 
