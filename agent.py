@@ -9,6 +9,10 @@ The network follows the IMPALA paper (Espeholt et al., 2018, figure 3):
         -> policy logits (num_actions) and baseline (1)
   action ~ Categorical(policy logits)
 
+Two options leave the paper's network: use_lstm=False drops the LSTM (the
+heads read the concatenation), torso_dtype='bfloat16' computes the torso's
+convolutions in bfloat16 (float32 weights).
+
 Everything is time-major: `unroll` takes inputs shaped [T, B, ...]; the
 one-step `__call__` takes inputs shaped [B, ...].
 
