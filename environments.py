@@ -372,6 +372,30 @@ def _unknown_level_error(level_name: str, reason: str) -> ValueError:
     )
 
 
+# experiment.py's default level, and what it falls back to without DeepMind Lab.
+DEFAULT_LEVEL = "explore_goal_locations_small"
+FALLBACK_LEVEL = "atari/pong"
+
+
+def resolve_level_name(
+    level_name: str, is_default: bool, deepmind_lab_available: bool
+) -> tuple[str, str | None]:
+    """Returns (level name to use, warning or None).
+
+    The default level is a DeepMind Lab level; without DeepMind Lab it falls
+    back to atari/pong so that a fresh machine can train right away. A
+    DeepMind Lab level named explicitly stays an error later on.
+    """
+    if is_default and not deepmind_lab_available:
+        return FALLBACK_LEVEL, (
+            f"DeepMind Lab is not installed, so the default level "
+            f"{DEFAULT_LEVEL!r} cannot run: using {FALLBACK_LEVEL!r} "
+            f"instead. To use DeepMind Lab, build it from source (see the "
+            f"README / Dockerfile) or choose a level with --level_name."
+        )
+    return level_name, None
+
+
 def expand_level_names(level_name: str, is_test: bool = False) -> list[str]:
     """The level names that `--level_name=level_name` trains (or tests) on.
 

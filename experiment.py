@@ -55,9 +55,6 @@ from shutdown import ShutdownRequest  # noqa: E402
 
 # -- flags ---------------------------------------------------------------------
 
-DEFAULT_LEVEL = "explore_goal_locations_small"
-FALLBACK_LEVEL = "atari/pong"
-
 flags.DEFINE_string("logdir", "/tmp/agent", "Directory for checkpoints and logs.")
 flags.DEFINE_enum("mode", "train", ["train", "test"], "Training or test mode.")
 flags.DEFINE_integer("test_num_episodes", 10, "Number of episodes per level (test).")
@@ -100,19 +97,13 @@ flags.DEFINE_integer("num_action_repeats", 4, "Environment frames per agent step
 flags.DEFINE_integer("seed", 1, "Random seed.")
 flags.DEFINE_enum("agent", "deep", list(agent_lib.TORSOS), "Agent network torso.")
 flags.DEFINE_bool(
-    "use_lstm",
-    True,
-    "The agent's LSTM core (the paper's); false feeds the policy and baseline "
-    "heads the core's inputs directly (a feed-forward agent on the stacked "
-    "Atari frames, as TorchBeast's default).",
+    "use_lstm", True, "The agent's LSTM core; false: the heads read its inputs."
 )
 flags.DEFINE_enum(
     "torso_dtype",
     "float32",
     list(agent_lib.TORSO_DTYPES),
-    "What the torso's convolutions compute in (weights stay float32, so "
-    "checkpoints do not depend on it). bfloat16 is faster on CPUs with "
-    "AVX512_BF16 and approximates float32's outputs.",
+    "What the torso's convolutions compute in (its weights stay float32).",
 )
 flags.DEFINE_bool(
     "dynamic_batching",
@@ -135,7 +126,7 @@ flags.DEFINE_string(
 )
 flags.DEFINE_string(
     "level_name",
-    DEFAULT_LEVEL,
+    environments.DEFAULT_LEVEL,
     "Level: a DeepMind Lab level, 'dmlab30', 'atari/<game>' or 'atari57'. The "
     "default falls back to atari/pong when DeepMind Lab is not installed.",
 )
@@ -156,20 +147,10 @@ flags.DEFINE_integer(
     "Environment frames over which the learning rate decays linearly to 0 "
     "(and stays 0 after); 0 means --total_environment_frames.",
 )
-flags.DEFINE_enum(
-    "optimizer",
-    "rmsprop",
-    list(learner_lib.OPTIMIZERS),
-    "rmsprop (the paper's) or adam (TensorFlow's default betas).",
-)
+flags.DEFINE_enum("optimizer", "rmsprop", list(learner_lib.OPTIMIZERS), "Optimizer.")
 flags.DEFINE_float("decay", 0.99, "RMSProp optimizer decay.")
 flags.DEFINE_float("momentum", 0.0, "RMSProp momentum.")
-flags.DEFINE_float(
-    "epsilon",
-    0.1,
-    "The optimizer's epsilon: inside RMSProp's square root (TensorFlow's "
-    "placement), outside Adam's.",
-)
+flags.DEFINE_float("epsilon", 0.1, "Epsilon (in RMSProp's square root).")
 flags.DEFINE_float(
     "max_grad_norm",
     0.0,
@@ -285,32 +266,13 @@ def validate_flags(f) -> None:
     )
 
 
-def resolve_level_name(
-    level_name: str, is_default: bool, deepmind_lab_available: bool
-) -> tuple[str, str | None]:
-    """Returns (level name to use, warning or None).
-
-    The default level is a DeepMind Lab level; without DeepMind Lab it falls
-    back to atari/pong so that a fresh machine can train right away. A
-    DeepMind Lab level named explicitly stays an error later on.
-    """
-    if is_default and not deepmind_lab_available:
-        return FALLBACK_LEVEL, (
-            f"DeepMind Lab is not installed, so the default level "
-            f"{DEFAULT_LEVEL!r} cannot run: using {FALLBACK_LEVEL!r} "
-            f"instead. To use DeepMind Lab, build it from source (see the "
-            f"README / Dockerfile) or choose a level with --level_name."
-        )
-    return level_name, None
-
-
 def resolve_levels(f: flags.FlagValues) -> tuple[str, list[str]]:
     """Returns (level name, expanded level names) for the flags.
 
     Raises:
       FlagError: unknown level, or a DeepMind Lab level without DeepMind Lab.
     """
-    level_name, warning = resolve_level_name(
+    level_name, warning = environments.resolve_level_name(
         f.level_name,
         f["level_name"].using_default_value,
         environments.deepmind_lab_available(),
@@ -354,6 +316,7 @@ def config_from_flags(f: flags.FlagValues) -> Config:
             f"are for Atari)."
         )
     num_actions = environments.num_actions(level_names)
+    torso, use_lstm = agent_settings(f)
     return Config(
         run=RunConfig(
             mode=f.mode,
@@ -380,11 +343,11 @@ def config_from_flags(f: flags.FlagValues) -> Config:
             level_cache_dir=level_cache_dir(f, level_name),
         ),
         agent=AgentConfig(
-            torso=agent_torso(f),
+            torso=torso,
             num_actions=num_actions,
             use_instruction=environments.has_instructions(level_names),
             torso_dtype=f.torso_dtype,
-            use_lstm=agent_use_lstm(f),
+            use_lstm=use_lstm,
         ),
         learner=LearnerConfig(
             batch_size=f.batch_size,
@@ -406,48 +369,28 @@ def config_from_flags(f: flags.FlagValues) -> Config:
     )
 
 
-def agent_torso(f: flags.FlagValues) -> str:
-    """--agent; in test mode without --agent on the command line, the torso
-    of the checkpoint in --logdir, so that weights trained with either agent
-    (pretrained/atari_pong is shallow) evaluate without repeating the flag."""
-    return _checkpoint_flag(
-        f,
-        "agent",
-        lambda: checkpoints.saved_torso(f.logdir, agent_lib.TORSOS),
-        lambda torso: f"the {torso} agent",
-    )
-
-
-def agent_use_lstm(f: flags.FlagValues) -> bool:
-    """--use_lstm; in test mode without it on the command line, whether the
-    checkpoint in --logdir has the LSTM core."""
-    return _checkpoint_flag(
-        f,
-        "use_lstm",
-        lambda: checkpoints.saved_use_lstm(f.logdir),
-        lambda lstm: f"an agent {'with' if lstm else 'without'} the LSTM core",
-    )
-
-
-def _checkpoint_flag(f: flags.FlagValues, name: str, read_saved, describe):
-    """--`name`, or in test mode without it on the command line what the
-    checkpoint holds (read_saved(); None when it cannot tell), logged with
-    describe(saved)."""
-    value = f[name].value
-    if f.mode != "test" or f[name].present:
-        return value
-    saved = read_saved()
-    if saved is None or saved == value:
-        return value
-    shown = str(saved).lower() if isinstance(saved, bool) else saved
-    logging.info(
-        "--mode=test: the checkpoint in %s holds %s; evaluating it with --%s=%s.",
-        f.logdir,
-        describe(saved),
-        name,
-        shown,
-    )
-    return saved
+def agent_settings(f: flags.FlagValues) -> tuple[str, bool]:
+    """(--agent, --use_lstm); in test mode, either one not on the command line
+    is what the checkpoint in --logdir holds, so weights evaluate without
+    repeating their flags (pretrained/atari_pong is shallow; --agent's
+    default is deep)."""
+    torso, use_lstm = f.agent, f.use_lstm
+    if f.mode == "test":
+        saved_torso = checkpoints.saved_torso(f.logdir, agent_lib.TORSOS)
+        saved_lstm = checkpoints.saved_use_lstm(f.logdir)
+        if not f["agent"].present and saved_torso is not None:
+            torso = saved_torso
+        if not f["use_lstm"].present and saved_lstm is not None:
+            use_lstm = saved_lstm
+        if (torso, use_lstm) != (f.agent, f.use_lstm):
+            logging.info(
+                "--mode=test: evaluating the checkpoint in %s with the agent it "
+                "holds: --agent=%s --use_lstm=%s.",
+                f.logdir,
+                torso,
+                str(use_lstm).lower(),
+            )
+    return torso, use_lstm
 
 
 def level_cache_dir(f: flags.FlagValues, level_name: str) -> str:

@@ -37,6 +37,7 @@ import actors
 import agent as agent_lib
 import atari57
 import checkpoints
+import environments
 import experiment
 import learner as learner_lib
 import pipeline
@@ -279,9 +280,7 @@ def test_exported_weights_play_in_test_mode_and_write_a_video(trained, tmp_path)
         f"--test_video_dir={videos}",
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "holds the shallow agent; evaluating it with --agent=shallow" in (
-        result.stderr
-    )
+    assert "with the agent it holds: --agent=shallow --use_lstm=true" in result.stderr
     with open(os.path.join(weights, experiment.TEST_RESULTS_FILE)) as f:
         first_return = json.load(f)["levels"]["atari/pong"]["returns"][0]
     # One GIF: the first episode, its return in the name.
@@ -362,10 +361,7 @@ def test_feed_forward_agent_trains_and_test_mode_reads_it_from_the_checkpoint(
         "--test_num_episodes=1",
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert (
-        "holds an agent without the LSTM core; evaluating it with --use_lstm=false"
-        in (result.stderr)
-    )
+    assert "with the agent it holds: --agent=shallow --use_lstm=false" in result.stderr
     with open(os.path.join(logdir, experiment.TEST_RESULTS_FILE)) as f:
         (episode_return,) = json.load(f)["levels"]["atari/pong"]["returns"]
     assert -21 <= episode_return <= 21
@@ -481,18 +477,18 @@ def test_validate_flags_accepts_more_unrolls_than_actors():
 
 
 def test_default_level_falls_back_to_pong_without_deepmind_lab():
-    level, warning = experiment.resolve_level_name(
-        experiment.DEFAULT_LEVEL, is_default=True, deepmind_lab_available=False
+    level, warning = environments.resolve_level_name(
+        environments.DEFAULT_LEVEL, is_default=True, deepmind_lab_available=False
     )
     assert level == "atari/pong" and "DeepMind Lab is not installed" in warning
-    level, warning = experiment.resolve_level_name(
-        experiment.DEFAULT_LEVEL, is_default=False, deepmind_lab_available=False
+    level, warning = environments.resolve_level_name(
+        environments.DEFAULT_LEVEL, is_default=False, deepmind_lab_available=False
     )
-    assert level == experiment.DEFAULT_LEVEL and warning is None
-    level, warning = experiment.resolve_level_name(
-        experiment.DEFAULT_LEVEL, is_default=True, deepmind_lab_available=True
+    assert level == environments.DEFAULT_LEVEL and warning is None
+    level, warning = environments.resolve_level_name(
+        environments.DEFAULT_LEVEL, is_default=True, deepmind_lab_available=True
     )
-    assert level == experiment.DEFAULT_LEVEL and warning is None
+    assert level == environments.DEFAULT_LEVEL and warning is None
 
 
 def test_clip_rewards():
