@@ -266,25 +266,29 @@ def _saved_names(logdir: str) -> list[str] | None:
     return None
 
 
+def saved_agent(logdir: str, torsos: tuple[str, ...]) -> tuple[str | None, bool | None]:
+    """(torso, use_lstm) of the agent the newest readable checkpoint in
+    `logdir` holds, from one read of its variable names: which of `torsos`
+    (agent/<torso>_torso/...) and whether it has the LSTM core
+    (agent/core_lstm/...); each None when there is no readable checkpoint or
+    it cannot tell."""
+    names = [name for name in _saved_names(logdir) or [] if is_weight(name)]
+    torso = next(
+        (t for t in torsos if any(n.startswith(f"agent/{t}_torso/") for n in names)),
+        None,
+    )
+    use_lstm = any(n.startswith("agent/core_lstm/") for n in names) if names else None
+    return torso, use_lstm
+
+
 def saved_torso(logdir: str, torsos: tuple[str, ...]) -> str | None:
-    """Which of `torsos` ('deep', 'shallow') the newest checkpoint in `logdir`
-    holds, read from its variable names (agent/<torso>_torso/...); None when
-    there is no readable checkpoint or it holds none of them."""
-    names = _saved_names(logdir) or []
-    for torso in torsos:
-        if any(name.startswith(f"agent/{torso}_torso/") for name in names):
-            return torso
-    return None
+    """Which of `torsos` the newest checkpoint in `logdir` holds (saved_agent)."""
+    return saved_agent(logdir, torsos)[0]
 
 
 def saved_use_lstm(logdir: str) -> bool | None:
-    """Whether the newest checkpoint in `logdir` holds the agent's LSTM core
-    (agent/core_lstm/...); None when there is no readable checkpoint or it
-    holds no agent."""
-    names = [name for name in _saved_names(logdir) or [] if is_weight(name)]
-    if not names:
-        return None
-    return any(name.startswith("agent/core_lstm/") for name in names)
+    """Whether the newest checkpoint in `logdir` has the LSTM core (saved_agent)."""
+    return saved_agent(logdir, ())[1]
 
 
 def is_weight(name: str) -> bool:

@@ -376,8 +376,7 @@ def agent_settings(f: flags.FlagValues) -> tuple[str, bool]:
     default is deep)."""
     torso, use_lstm = f.agent, f.use_lstm
     if f.mode == "test":
-        saved_torso = checkpoints.saved_torso(f.logdir, agent_lib.TORSOS)
-        saved_lstm = checkpoints.saved_use_lstm(f.logdir)
+        saved_torso, saved_lstm = checkpoints.saved_agent(f.logdir, agent_lib.TORSOS)
         if not f["agent"].present and saved_torso is not None:
             torso = saved_torso
         if not f["use_lstm"].present and saved_lstm is not None:
