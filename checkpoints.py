@@ -281,16 +281,6 @@ def saved_agent(logdir: str, torsos: tuple[str, ...]) -> tuple[str | None, bool 
     return torso, use_lstm
 
 
-def saved_torso(logdir: str, torsos: tuple[str, ...]) -> str | None:
-    """Which of `torsos` the newest checkpoint in `logdir` holds (saved_agent)."""
-    return saved_agent(logdir, torsos)[0]
-
-
-def saved_use_lstm(logdir: str) -> bool | None:
-    """Whether the newest checkpoint in `logdir` has the LSTM core (saved_agent)."""
-    return saved_agent(logdir, ())[1]
-
-
 def is_weight(name: str) -> bool:
     """Whether checkpoint variable `name` is one of the agent's weights (not
     an optimiser slot such as agent/.../w/RMSProp or .../w/Adam_1, not the

@@ -353,7 +353,7 @@ def test_feed_forward_agent_trains_and_test_mode_reads_it_from_the_checkpoint(
     names = [name for name, _ in tf.train.list_variables(logdir)]
     assert any(n.startswith("agent/shallow_torso/") for n in names)
     assert not any("core_lstm" in n for n in names)
-    assert checkpoints.saved_use_lstm(logdir) is False
+    assert checkpoints.saved_agent(logdir, ())[1] is False
     result = run_experiment(
         "--level_name=atari/pong",
         f"--logdir={logdir}",

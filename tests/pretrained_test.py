@@ -54,8 +54,7 @@ def test_pretrained_folder_holds_the_shallow_agents_weights_only():
     assert size <= MAX_BYTES, size
     saved = dict(tf.train.list_variables(PRETRAINED))
     assert all(checkpoints.is_weight(name) for name in saved), sorted(saved)
-    assert checkpoints.saved_torso(PRETRAINED, agent_lib.TORSOS) == "shallow"
-    assert checkpoints.saved_use_lstm(PRETRAINED) is True
+    assert checkpoints.saved_agent(PRETRAINED, agent_lib.TORSOS) == ("shallow", True)
     # Exactly the variables, with the shapes, of the agent test mode builds.
     assert {n: list(s) for n, s in saved.items()} == agent_variables()
     for name in saved:
