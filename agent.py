@@ -100,7 +100,7 @@ class _Conv2D(snt.Module):
         )
         if x.dtype == tf.float32:
             return tf.nn.bias_add(y, self.b)
-        return _bias_add_summed_in_float32(y, tf.convert_to_tensor(self.b))
+        return _bias_add_summed_in_float32(y, self.b)
 
 
 @tf.custom_gradient
