@@ -40,12 +40,15 @@ import, graph build, children start) costs ~15-25 s per run on an idle
 (load 7-28): shallow 20 min, deep 9 min, peer 4 min (8 with --repeats=2),
 profile 4.5 min; the shallow1/shallow2 halves and the others stay under
 ~6 min each on an idle machine. Figures go to stdout, a JSON file
-per part under benchmarks/results/ and, with --plot, benchmarks/plots/.
+per part under benchmarks/results/ (which replaces the committed record of
+that part; `--json PATH` writes one part's record elsewhere) and, with
+--plot, benchmarks/plots/.
 
     python3 benchmarks/throughput_bench.py --part=shallow
     python3 benchmarks/throughput_bench.py --part=deep
     python3 benchmarks/throughput_bench.py --part=peer
     python3 benchmarks/throughput_bench.py --part=profile --py_spy
+    python3 benchmarks/throughput_bench.py --part=bf16_key --json /tmp/round.json
     python3 benchmarks/throughput_bench.py --plot     # plots from the JSON files
 """
 
@@ -845,6 +848,13 @@ def plot() -> None:
     print(f"Wrote {out}")
 
 
+def record_path(part: str, json_path: str | None) -> str:
+    """Where a part's record goes: `json_path` if given, else the default."""
+    if json_path is not None:
+        return os.path.abspath(json_path)
+    return os.path.join(RESULTS_DIR, f"throughput_{part}.json")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -886,19 +896,34 @@ def main() -> None:
     parser.add_argument(
         "--plot", action="store_true", help="draw benchmarks/plots/throughput.png"
     )
+    parser.add_argument(
+        "--json",
+        default=None,
+        help="where to write the part's record (one --part only); by default "
+        "benchmarks/results/throughput_<part>.json, which replaces the "
+        "committed record of that part",
+    )
     args = parser.parse_args()
-    os.makedirs(RESULTS_DIR, exist_ok=True)
     parts = (
         ["shallow", "deep", "peer", "profile"]
         if args.part == "all"
         else ([args.part] if args.part else [])
     )
+    if args.json is not None and len(parts) != 1:
+        parser.error(
+            f"--json={args.json} names one record, but --part={args.part} runs "
+            f"{len(parts)} parts; pass a single --part with --json"
+        )
+    os.makedirs(RESULTS_DIR, exist_ok=True)
     for part in parts:
         started = time.time()
         result = run_part(part, args)
         result["duration_s"] = time.time() - started
-        with open(os.path.join(RESULTS_DIR, f"throughput_{part}.json"), "w") as f:
+        path = record_path(part, args.json)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
             json.dump(result, f, indent=1)
+        print(f"Wrote {path}")
         print()
         print(table(result))
         print()
