@@ -748,20 +748,27 @@ def plot_bf16(result: dict, out: str) -> None:
     )
 
 
+def record_path(part: str, json_path: str | None) -> str:
+    """Where a part's record goes: `json_path` if given, else the default."""
+    if json_path is not None:
+        return os.path.abspath(json_path)
+    return os.path.join(RESULTS_DIR, f"throughput_{part}.json")
+
+
 def plot() -> None:
-    bf16 = os.path.join(RESULTS_DIR, "throughput_bf16.json")
+    bf16 = record_path("bf16", None)
     if os.path.exists(bf16):
         with open(bf16) as f:
             os.makedirs(PLOTS_DIR, exist_ok=True)
             plot_bf16(json.load(f), os.path.join(PLOTS_DIR, "throughput_bf16.png"))
-    shared15 = os.path.join(RESULTS_DIR, "throughput_shared15.json")
+    shared15 = record_path("shared15", None)
     if os.path.exists(shared15):
         with open(shared15) as f:
             os.makedirs(PLOTS_DIR, exist_ok=True)
             plot_shared15(
                 json.load(f), os.path.join(PLOTS_DIR, "throughput_shared15.png")
             )
-    grid15 = os.path.join(RESULTS_DIR, "throughput_grid15.json")
+    grid15 = record_path("grid15", None)
     if os.path.exists(grid15):
         with open(grid15) as f:
             os.makedirs(PLOTS_DIR, exist_ok=True)
@@ -773,7 +780,7 @@ def plot() -> None:
 
     results = {}
     for part in ("shallow", "shallow1", "shallow2", "deep"):
-        path = os.path.join(RESULTS_DIR, f"throughput_{part}.json")
+        path = record_path(part, None)
         if os.path.exists(path):
             with open(path) as f:
                 results[part] = json.load(f)
@@ -846,13 +853,6 @@ def plot() -> None:
     out = os.path.join(PLOTS_DIR, "throughput.png")
     fig.savefig(out, dpi=110)
     print(f"Wrote {out}")
-
-
-def record_path(part: str, json_path: str | None) -> str:
-    """Where a part's record goes: `json_path` if given, else the default."""
-    if json_path is not None:
-        return os.path.abspath(json_path)
-    return os.path.join(RESULTS_DIR, f"throughput_{part}.json")
 
 
 def main() -> None:
