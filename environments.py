@@ -86,6 +86,15 @@ DEFAULT_ACTION_SET = (
 )
 
 
+# How a user gets DeepMind Lab; this project does not build it.
+INSTALL_DEEPMIND_LAB = (
+    "Install DeepMind Lab from its own project following its documentation "
+    "(https://github.com/google-deepmind/lab), with dm-env, so that `import "
+    "deepmind_lab` works; for the Docker image, put its wheel in wheels/ "
+    "before `docker build`."
+)
+
+
 class DeepMindLabNotInstalledError(ImportError):
     """DeepMind Lab was asked for but its Python module cannot be imported."""
 
@@ -98,10 +107,7 @@ def _deepmind_lab_missing_message(level_name: str | None = None) -> str:
     )
     return (
         f"{what}DeepMind Lab is not installed (Python module 'deepmind_lab' not "
-        "found). It is not on PyPI and must be built from source: build and run "
-        "the Docker image from this repository's Dockerfile (docker build -t "
-        "scalable_agent .), which compiles it, or follow DeepMind Lab's build "
-        "instructions (https://github.com/deepmind/lab). Atari levels such as "
+        f"found). {INSTALL_DEEPMIND_LAB} Atari levels such as "
         "--level_name=atari/pong (or atari57) work without it."
     )
 
@@ -390,8 +396,8 @@ def resolve_level_name(
         return FALLBACK_LEVEL, (
             f"DeepMind Lab is not installed, so the default level "
             f"{DEFAULT_LEVEL!r} cannot run: using {FALLBACK_LEVEL!r} "
-            f"instead. To use DeepMind Lab, build it from source (see the "
-            f"README / Dockerfile) or choose a level with --level_name."
+            f"instead. {INSTALL_DEEPMIND_LAB} Or choose a level with "
+            f"--level_name."
         )
     return level_name, None
 
@@ -427,8 +433,7 @@ def expand_level_names(level_name: str, is_test: bool = False) -> list[str]:
     raise _unknown_level_error(
         level_name,
         "not a level known here, and DeepMind Lab, which could run other "
-        "(custom) levels, is not installed: it is built from source by this "
-        "repository's Dockerfile (docker build -t scalable_agent .). Atari "
+        f"(custom) levels, is not installed. {INSTALL_DEEPMIND_LAB} Atari "
         "levels such as atari/pong work without it.",
     )
 

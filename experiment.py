@@ -290,8 +290,8 @@ def resolve_levels(f: flags.FlagValues) -> tuple[str, list[str]]:
     ):
         raise FlagError(
             f"--level_name={level_name}: a DeepMind Lab level, but DeepMind Lab "
-            f"is not installed; build it from source (see the README / "
-            f"Dockerfile) or use an Atari level such as --level_name=atari/pong."
+            f"is not installed. {environments.INSTALL_DEEPMIND_LAB} Or use an "
+            f"Atari level such as --level_name=atari/pong."
         )
     return level_name, level_names
 

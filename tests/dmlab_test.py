@@ -1,12 +1,14 @@
-"""DeepMind Lab for real: the wrapper, training, test mode, restarts, bad
-levels and the level cache, on the real `deepmind_lab` module.
+"""DeepMind Lab: the wrapper, training, test mode, restarts, bad levels and
+the level cache, each test on the real `deepmind_lab` and on the stand-in.
 
-Run where DeepMind Lab is installed: CI installs the shared wheel
-(../shared/wheels, see .ci/run); elsewhere these tests skip and say how to
-get it. Small sizes: the shallow agent, one or two actors, a few thousand
-frames (an explore_goal_locations_small episode is 5,400 frames).
-The stand-in Lab of environments_test.py stays for what the real one cannot
-show cheaply (a scripted episode end, the exact settings strings).
+Every test runs twice: `[real]` on the real library where it is installed
+(it skips elsewhere, saying how to get it) and `[stand-in]` on the stand-in
+package in tests/standin (dmlab_helpers.py), which runs everywhere, CI
+included. Both pass the same assertions: that is what keeps the stand-in
+faithful to the real API. Small sizes: the shallow agent, one or two actors,
+a few thousand frames (an explore_goal_locations_small episode is 5,400
+frames). The in-process fake Lab of environments_test.py stays for what
+neither shows cheaply (a scripted episode end, the exact settings strings).
 """
 
 from __future__ import annotations
@@ -17,61 +19,38 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
+from dmlab_helpers import (
+    CONFIG,
+    EPISODE_FRAMES,
+    FULL_LEVEL,
+    LEVEL,
+    REAL,
+    SMALL,
+    STANDIN,
+    deepmind_lab,
+)
 from run_helpers import REPO_ROOT, command, one_error_line
 
 import environments
 
-pytestmark = pytest.mark.skipif(
-    not environments.deepmind_lab_available(),
-    reason=(
-        "DeepMind Lab is not installed: pip install "
-        "../shared/wheels/deepmind_lab-1.0-py3-none-any.whl dm-env==1.6 (with the "
-        "runtime libraries .ci/run installs), or build it (README, DeepMind Lab)"
-    ),
-)
 
-LEVEL = "explore_goal_locations_small"
-FULL_LEVEL = "contributed/dmlab30/" + LEVEL
-EPISODE_FRAMES = 5400  # 90 s at 60 frames/s
-SMALL = ["--agent=shallow", "--unroll_length=20", "--width=96", "--height=72"]
-CONFIG = {"width": 96, "height": 72, "datasetPath": "", "logLevel": "WARN"}
+@pytest.fixture(scope="module", params=[REAL, STANDIN])
+def lab(request):
+    """The real DeepMind Lab (skipped where it is not installed) or the
+    stand-in."""
+    return deepmind_lab(request.param)
 
 
-# -- the wrapper against the real Lab --------------------------------------------
-#
-# Each Lab runs in a child process of its own, as in training: DeepMind Lab
-# supports one Lab per process (a second one in the same process crashes it).
+# -- the wrapper ------------------------------------------------------------------
 
 
-def in_child(code: str) -> dict:
-    """Runs `code` (which sets `out`, a dict) in a fresh Python; returns out."""
-    program = (
-        "import json, sys, time\n"
-        "import numpy as np\n"
-        "import environments\n"
-        f"CONFIG = {CONFIG!r}\n"
-        "out = {}\n" + code + "\nprint('OUT=' + json.dumps(out))\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", program],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    (line,) = [ln for ln in result.stdout.splitlines() if ln.startswith("OUT=")]
-    return json.loads(line[len("OUT=") :])
-
-
-def test_wrapper_outputs_match_its_specs_on_the_real_lab():
+def test_wrapper_outputs_match_its_specs(lab):
     import tensorflow as tf
 
-    out = in_child(
+    out = lab.in_child(
         f"""
 env = environments.PyProcessDmLab({FULL_LEVEL!r}, CONFIG, 4, seed=1)
 frame, instruction = env.initial()
@@ -104,10 +83,11 @@ env.close()
         assert tf.TensorShape(frame_shape) == step_spec[2][0].shape
 
 
-def test_test_mode_settings_open_the_hold_out_levels():
+def test_test_mode_settings_open_the_hold_out_levels(lab, monkeypatch):
     """Test mode adds allowHoldOutLevels and DeepMind Lab's evaluation mixer
     seed, as the reference does; a *_test level of DMLab-30 starts only
     with them."""
+    lab.in_process(monkeypatch)
     test_level = "contributed/dmlab30/rooms_collect_good_objects_test"
     config = environments.create_environment(
         test_level, seed=1, is_test=True
@@ -118,7 +98,7 @@ def test_test_mode_settings_open_the_hold_out_levels():
         test_level, seed=1, is_test=False
     )._constructor_kwargs["config"]
     assert "allowHoldOutLevels" not in training_config
-    out = in_child(
+    out = lab.in_child(
         f"""
 for name, config in (("test", {config!r}), ("training", {training_config!r})):
     try:
@@ -136,10 +116,10 @@ for name, config in (("test", {config!r}), ("training", {training_config!r})):
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
+def trained(lab, tmp_path_factory):
     logdir = str(tmp_path_factory.mktemp("dmlab_train"))
     cache = str(tmp_path_factory.mktemp("dmlab_cache"))
-    result = subprocess.run(
+    result = lab.run(
         command(
             *SMALL,
             f"--level_name={LEVEL}",
@@ -149,9 +129,6 @@ def trained(tmp_path_factory):
             f"--level_cache_dir={cache}",
             f"--total_environment_frames={EPISODE_FRAMES + 800}",
         ),
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
         timeout=240,
     )
     return logdir, cache, result
@@ -174,10 +151,10 @@ def test_training_on_explore_goal_locations_small(trained):
 
 
 @pytest.mark.slow
-def test_test_mode_on_explore_goal_locations_small(trained, tmp_path):
+def test_test_mode_on_explore_goal_locations_small(lab, trained, tmp_path):
     logdir, _, result = trained
     assert result.returncode == 0, result.stderr[-3000:]
-    test = subprocess.run(
+    test = lab.run(
         command(
             *SMALL,
             f"--level_name={LEVEL}",
@@ -185,9 +162,6 @@ def test_test_mode_on_explore_goal_locations_small(trained, tmp_path):
             "--mode=test",
             "--test_num_episodes=1",
         ),
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
         timeout=240,
     )
     assert test.returncode == 0, test.stderr[-3000:]
@@ -205,7 +179,7 @@ def test_test_mode_on_explore_goal_locations_small(trained, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_killed_deepmind_lab_process_is_restarted(tmp_path):
+def test_a_killed_deepmind_lab_process_is_restarted(lab, tmp_path):
     logdir = str(tmp_path / "run")
     log_path = tmp_path / "run.log"
     with open(log_path, "w") as log:
@@ -224,6 +198,7 @@ def test_a_killed_deepmind_lab_process_is_restarted(tmp_path):
             cwd=REPO_ROOT,
             stdout=log,
             stderr=subprocess.STDOUT,
+            env=lab.environ(),
         )
     try:
         deadline = time.time() + 180
@@ -261,13 +236,16 @@ def test_a_killed_deepmind_lab_process_is_restarted(tmp_path):
     "level, expected",
     [
         ("contributed/dmlab30/no_such_level", "Level not found"),
-        # Its map is one of the files the shared build lacks: the engine exits
-        # its process (on a full DeepMind Lab build this level starts).
+        # A build without this level's map files: the engine exits its
+        # process (the stand-in is told its map is missing; on a full
+        # DeepMind Lab build the level starts and the test skips).
         ("natlab_fixed_large_map", "died: exited with code"),
     ],
 )
-def test_a_level_that_cannot_start_is_one_line_naming_it(tmp_path, level, expected):
-    result = subprocess.run(
+def test_a_level_that_cannot_start_is_one_line_naming_it(
+    lab, tmp_path, level, expected
+):
+    result = lab.run(
         command(
             *SMALL,
             f"--level_name={level}",
@@ -276,10 +254,8 @@ def test_a_level_that_cannot_start_is_one_line_naming_it(tmp_path, level, expect
             f"--logdir={tmp_path}",
             "--total_environment_frames=1000",
         ),
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
         timeout=180,
+        DEEPMIND_LAB_STANDIN_MISSING_MAPS="natlab_fixed_large_map",
     )
     if level.startswith("natlab") and result.returncode == 0:
         pytest.skip("this DeepMind Lab build has the natlab maps")
@@ -292,9 +268,9 @@ def test_a_level_that_cannot_start_is_one_line_naming_it(tmp_path, level, expect
 # -- the level cache ---------------------------------------------------------------------
 
 
-def start_time(level_cache_dir: str, seed: int) -> float:
+def start_time(lab, level_cache_dir: str, seed: int) -> float:
     """Seconds a fresh process takes to start the level (construct + initial)."""
-    out = in_child(
+    out = lab.in_child(
         f"""
 started = time.monotonic()
 env = environments.PyProcessDmLab({FULL_LEVEL!r}, CONFIG, 4, seed={seed},
@@ -307,31 +283,28 @@ env.close()
     return out["seconds"]
 
 
-def test_the_level_cache_serves_a_maze_compiled_before(tmp_path):
+def test_the_level_cache_serves_a_maze_compiled_before(lab, tmp_path):
     """The same seed gives the same maze: the second start reads it from the
     cache (a few files, written whole) instead of compiling it again. The
     figures are in BENCHMARKS.md; here only that the cache was used."""
     cache = str(tmp_path / "cache")
-    start_time(cache, seed=3)
+    start_time(lab, cache, seed=3)
     files = sorted(os.listdir(cache))
     assert files and not [f for f in files if f.startswith(".tmp-")]
     sizes = {f: os.path.getsize(os.path.join(cache, f)) for f in files}
-    start_time(cache, seed=3)
+    start_time(lab, cache, seed=3)
     assert {f: os.path.getsize(os.path.join(cache, f)) for f in files} == sizes
     assert sorted(os.listdir(cache)) == files  # nothing new to compile
 
 
-def test_an_unwritable_level_cache_dir_is_a_flag_error(tmp_path):
-    result = subprocess.run(
+def test_an_unwritable_level_cache_dir_is_a_flag_error(lab, tmp_path):
+    result = lab.run(
         command(
             *SMALL,
             f"--level_name={LEVEL}",
             "--level_cache_dir=/etc/passwd/levels",
             f"--logdir={tmp_path}",
         ),
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
         timeout=120,
     )
     assert result.returncode == 2, result.stderr[-3000:]

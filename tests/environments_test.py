@@ -1,12 +1,11 @@
 """Tests of environments.py: FlowEnvironment on real Atari games (in-process
 and through py_process), level names, and the DeepMind Lab wrapper.
 
-DeepMind Lab is not installed on CI machines (it only builds from source, see
-the Dockerfile), so PyProcessDmLab cannot run a real level here. What can be
-checked without the library is: the tensor specs, the action set, the error
-when it is missing, the level cache, and the wrapper's own logic against a
-stand-in `deepmind_lab` module (a fake, used only because the real library
-is absent).
+DeepMind Lab is a library the user installs; here the wrapper's own logic
+runs in-process against a scripted fake `deepmind_lab` (an episode end on
+cue, the exact settings strings), next to the tensor specs, the action set,
+the error when it is missing and the level cache. dmlab_test.py runs the
+wrapper in its processes on the real library or the stand-in package.
 """
 
 import sys
@@ -319,7 +318,7 @@ def test_unknown_level_names_list_close_names(name, expected, monkeypatch):
 def test_unknown_name_without_deepmind_lab_says_how_to_get_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "deepmind_lab", None)
     assert not environments.deepmind_lab_available()
-    with pytest.raises(ValueError, match="Dockerfile") as info:
+    with pytest.raises(ValueError, match="google-deepmind/lab") as info:
         environments.expand_level_names("my_custom_level")
     assert "atari/pong" in str(info.value)
     # With DeepMind Lab, custom level names go to DeepMind Lab to check.
@@ -381,10 +380,12 @@ def test_missing_deepmind_lab_is_one_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "deepmind_lab", None)  # import fails
     with pytest.raises(environments.DeepMindLabNotInstalledError) as info:
         environments.PyProcessDmLab("explore_goal_locations_small", {}, 4, 1)
-    for text in ("DeepMind Lab is not installed", "Dockerfile", "atari/pong"):
+    for text in ("DeepMind Lab is not installed", "google-deepmind/lab", "atari/pong"):
         assert text in str(info.value)
     assert isinstance(info.value, ImportError)
-    with pytest.raises(environments.DeepMindLabNotInstalledError, match="Dockerfile"):
+    with pytest.raises(
+        environments.DeepMindLabNotInstalledError, match="google-deepmind/lab"
+    ):
         environments.create_environment("explore_goal_locations_small", seed=1)
 
 

@@ -450,25 +450,6 @@ def test_bad_flags_in_process(args, expected, tmp_path, capsys):
     check_one_error_line(capsys.readouterr().err, expected)
 
 
-def test_deepmind_lab_environments_do_not_share_a_process(tmp_path, capsys):
-    """DeepMind Lab's engine allows one level per process: asking for two is
-    one flag error, before any process starts."""
-    if not experiment.environments.deepmind_lab_available():
-        pytest.skip("needs DeepMind Lab (without it the level is the error)")
-    code = run_command_line(
-        "--level_name=dmlab30",
-        f"--logdir={tmp_path}",
-        "--envs_per_actor=2",
-        "--envs_per_process=2",
-    )
-    assert code == 2
-    check_one_error_line(
-        capsys.readouterr().err,
-        "--envs_per_process=2: DeepMind Lab runs one level per process",
-    )
-    assert os.listdir(tmp_path) == []
-
-
 def test_validate_flags_accepts_more_unrolls_than_actors():
     # One actor fills a batch of 8 over time: not an error.
     values = {name: FLAGS[name].default for name in FLAGS}
