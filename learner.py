@@ -1,14 +1,18 @@
-"""The IMPALA learner: the V-trace actor-critic loss and its RMSProp update.
+"""The IMPALA learner: the V-trace actor-critic loss and its update.
 
-`build_learner` takes a time-major batch of the actors' unrolls
-(`[T + 1, B, ...]`, step 0 being the last step of the previous unroll),
-unrolls the agent over it, computes V-trace targets (vtrace.py) and the
-paper's loss, and applies one RMSProp step (or Adam's, config.optimizer;
-the paper's is RMSProp) whose learning rate decays
-linearly to zero over the run's environment frames (or over
-`learning_rate_decay_frames`, then stays zero). The global step counts
-environment frames. Where the batch comes from (queues, staging) is
-pipeline.py's business.
+Three pieces, each usable on its own:
+- `compute_loss`: a pure function (no variables, no side effects) from the
+  learner's outputs, the actors' outputs and the environment's outputs of
+  one time-major batch to the paper's loss terms and the V-trace targets.
+  Change the loss here.
+- `build_update`: the optimiser step on a loss: RMSProp (or Adam,
+  config.optimizer; the paper's is RMSProp) with a learning rate that decays
+  linearly to zero over the run's environment frames (or over
+  `learning_rate_decay_frames`, then stays zero), gradient clipping, the
+  NaN guard, and the global step, which counts environment frames.
+- `build_learner`: the agent unrolled over a batch, then the two above, and
+  the learner's TensorBoard summaries. Where the batch comes from (queues,
+  staging) and the training loop are pipeline.py's business.
 
 The NaN guard's contract lives here whole: `guard_finite_update` fails a
 step whose loss or gradients are not finite with a TensorFlow error, and
@@ -77,6 +81,120 @@ def compute_policy_gradient_loss(
     return tf.reduce_sum(cross_entropy * tf.stop_gradient(advantages))
 
 
+LossOutputs = collections.namedtuple(
+    "LossOutputs", "losses vtrace_returns policy_entropy"
+)
+# The optimiser step of build_update: train_and_count runs the update, then
+# adds the batch's frames to the global step (num_env_frames) and returns it.
+Update = collections.namedtuple(
+    "Update", "train_and_count num_env_frames learning_rate global_norm"
+)
+
+
+def compute_loss(
+    learner_outputs: agent_lib.AgentOutput,
+    agent_outputs: agent_lib.AgentOutput,
+    env_outputs: StepOutput,
+    config: LearnerConfig,
+) -> LossOutputs:
+    """The paper's loss on one time-major batch of unrolls.
+
+    Step 0 of each unroll repeats the last step of the previous unroll, so
+    the T transitions of an unroll are steps 1..T. The learner's output at t
+    (computed from env output t) chose the action the actor recorded at
+    t + 1, which produced env output t + 1; its baseline at T bootstraps.
+
+    Args:
+      learner_outputs: AgentOutput of [T + 1, B, ...]: the learner's
+        `policy_logits` [T + 1, B, A] and `baseline` [T + 1, B] for the batch
+        (its `action` is not used).
+      agent_outputs: AgentOutput of [T + 1, B, ...]: the actors' `action`
+        [T + 1, B] (int32) and behaviour `policy_logits` [T + 1, B, A].
+      env_outputs: StepOutput of [T + 1, B, ...]: `reward` [T + 1, B] float32
+        and `done` [T + 1, B] bool (info and observation are not used).
+      config: reward_clipping, discounting, baseline_cost, entropy_cost.
+
+    Returns:
+      LossOutputs: losses (Losses of scalars: total, and each term with its
+      cost applied: policy_gradient, baseline, entropy), vtrace_returns
+      (vtrace.VTraceFromLogitsReturns, [T, B] each) and policy_entropy (the
+      mean entropy of the learner's policy per step, a scalar).
+    """
+    bootstrap_value = learner_outputs.baseline[-1]
+    actions = agent_outputs.action[1:]
+    behaviour_logits = agent_outputs.policy_logits[1:]
+    rewards, done = env_outputs.reward[1:], env_outputs.done[1:]
+    logits = learner_outputs.policy_logits[:-1]
+    values = learner_outputs.baseline[:-1]
+
+    clipped_rewards = clip_rewards(rewards, config.reward_clipping)
+    discounts = tf.cast(~done, tf.float32) * config.discounting
+
+    # V-trace's sequential recursion is faster on the CPU.
+    with tf.device("/cpu:0"):
+        vtrace_returns = vtrace.from_logits(
+            behaviour_policy_logits=behaviour_logits,
+            target_policy_logits=logits,
+            actions=actions,
+            discounts=discounts,
+            rewards=clipped_rewards,
+            values=values,
+            bootstrap_value=bootstrap_value,
+        )
+
+    pg_loss = compute_policy_gradient_loss(
+        logits, actions, vtrace_returns.pg_advantages
+    )
+    baseline_loss = config.baseline_cost * compute_baseline_loss(
+        vtrace_returns.vs - values
+    )
+    entropy_loss = config.entropy_cost * compute_entropy_loss(logits)
+    total_loss = pg_loss + baseline_loss + entropy_loss
+    policy_entropy = -compute_entropy_loss(logits) / tf.cast(tf.size(done), tf.float32)
+    return LossOutputs(
+        losses=Losses(total_loss, pg_loss, baseline_loss, entropy_loss),
+        vtrace_returns=vtrace_returns,
+        policy_entropy=policy_entropy,
+    )
+
+
+def build_update(
+    total_loss: tf.Tensor, variables: list, config: LearnerConfig
+) -> Update:
+    """One optimiser step on `total_loss` over `variables`.
+
+    The learning rate decays linearly from config.learning_rate to 0 over
+    config.decay_frames environment frames. A NaN or infinite loss or
+    gradient fails the step before any variable changes (guard_finite_update);
+    gradients are clipped to config.max_grad_norm when it is positive. The
+    global step (created here if needed) counts environment frames: each
+    update adds config.frames_per_update.
+    """
+    num_env_frames = tf.compat.v1.train.get_or_create_global_step()
+    learning_rate = tf.compat.v1.train.polynomial_decay(
+        config.learning_rate,
+        num_env_frames,
+        max(config.decay_frames, 1),
+        end_learning_rate=0.0,
+    )
+    optimizer = make_optimizer(config, learning_rate)
+    grads_and_vars = optimizer.compute_gradients(total_loss, var_list=variables)
+    gradients, variables = zip(*grads_and_vars, strict=True)
+    global_norm = tf.linalg.global_norm(gradients)
+    # A NaN/Inf loss or gradient stops the step before any variable changes.
+    gradients = guard_finite_update(total_loss, gradients, global_norm, num_env_frames)
+    if config.max_grad_norm > 0:
+        gradients, _ = tf.clip_by_global_norm(
+            gradients, config.max_grad_norm, use_norm=global_norm
+        )
+    train_op = optimizer.apply_gradients(zip(gradients, variables, strict=True))
+
+    # The update and the frame count move together: global step = frames.
+    with tf.control_dependencies([train_op]):
+        train_and_count = num_env_frames.assign_add(config.frames_per_update)
+    return Update(train_and_count, num_env_frames, learning_rate, global_norm)
+
+
 def build_learner(
     agent: agent_lib.Agent,
     agent_state,
@@ -84,7 +202,7 @@ def build_learner(
     agent_outputs: agent_lib.AgentOutput,
     config: LearnerConfig,
 ) -> LearnerOutputs:
-    """The V-trace loss and one RMSProp update on a time-major batch.
+    """The agent unrolled over a time-major batch, its loss and one update.
 
     Args:
       agent_state: core state [B, 256] before step 0 of each unroll.
@@ -100,79 +218,18 @@ def build_learner(
       vtrace_returns (vtrace.VTraceFromLogitsReturns, [T, B] each).
     """
     learner_outputs, _ = agent.unroll(agent_outputs.action, env_outputs, agent_state)
-    # The value of the state after the last transition, for bootstrapping.
-    bootstrap_value = learner_outputs.baseline[-1]
+    loss = compute_loss(learner_outputs, agent_outputs, env_outputs, config)
+    losses, vtrace_returns = loss.losses, loss.vtrace_returns
+    update = build_update(losses.total, agent.trainable_variables, config)
 
-    # Align: the learner's output at t (computed from env output t) chose the
-    # action the actor recorded at t + 1, which produced env output t + 1.
-    agent_outputs = tf.nest.map_structure(lambda t: t[1:], agent_outputs)
-    rewards, infos, done, _ = tf.nest.map_structure(lambda t: t[1:], env_outputs)
-    learner_outputs = tf.nest.map_structure(lambda t: t[:-1], learner_outputs)
-
-    clipped_rewards = clip_rewards(rewards, config.reward_clipping)
-    discounts = tf.cast(~done, tf.float32) * config.discounting
-
-    # V-trace's sequential recursion is faster on the CPU.
-    with tf.device("/cpu:0"):
-        vtrace_returns = vtrace.from_logits(
-            behaviour_policy_logits=agent_outputs.policy_logits,
-            target_policy_logits=learner_outputs.policy_logits,
-            actions=agent_outputs.action,
-            discounts=discounts,
-            rewards=clipped_rewards,
-            values=learner_outputs.baseline,
-            bootstrap_value=bootstrap_value,
-        )
-
-    pg_loss = compute_policy_gradient_loss(
-        learner_outputs.policy_logits,
-        agent_outputs.action,
-        vtrace_returns.pg_advantages,
-    )
-    baseline_loss = config.baseline_cost * compute_baseline_loss(
-        vtrace_returns.vs - learner_outputs.baseline
-    )
-    entropy_loss = config.entropy_cost * compute_entropy_loss(
-        learner_outputs.policy_logits
-    )
-    total_loss = pg_loss + baseline_loss + entropy_loss
-
-    num_env_frames = tf.compat.v1.train.get_or_create_global_step()
-    learning_rate = tf.compat.v1.train.polynomial_decay(
-        config.learning_rate,
-        num_env_frames,
-        max(config.decay_frames, 1),
-        end_learning_rate=0.0,
-    )
-    optimizer = make_optimizer(config, learning_rate)
-    grads_and_vars = optimizer.compute_gradients(
-        total_loss, var_list=agent.trainable_variables
-    )
-    gradients, variables = zip(*grads_and_vars, strict=True)
-    global_norm = tf.linalg.global_norm(gradients)
-    # A NaN/Inf loss or gradient stops the step before any variable changes.
-    gradients = guard_finite_update(total_loss, gradients, global_norm, num_env_frames)
-    if config.max_grad_norm > 0:
-        gradients, _ = tf.clip_by_global_norm(
-            gradients, config.max_grad_norm, use_norm=global_norm
-        )
-    train_op = optimizer.apply_gradients(zip(gradients, variables, strict=True))
-
-    # The update and the frame count move together: global step = frames.
-    with tf.control_dependencies([train_op]):
-        train_and_count = num_env_frames.assign_add(config.frames_per_update)
-
-    entropy = -compute_entropy_loss(learner_outputs.policy_logits) / tf.cast(
-        tf.size(done), tf.float32
-    )
     summary = tf.compat.v1.summary
-    summary.scalar("learning_rate", learning_rate)
-    summary.scalar("total_loss", total_loss)
-    summary.scalar("loss/policy_gradient", pg_loss)
-    summary.scalar("loss/baseline", baseline_loss)
-    summary.scalar("loss/entropy", entropy_loss)
-    summary.scalar("policy_entropy", entropy)
-    summary.scalar("gradient_global_norm", global_norm)
+    summary.scalar("learning_rate", update.learning_rate)
+    summary.scalar("total_loss", losses.total)
+    summary.scalar("loss/policy_gradient", losses.policy_gradient)
+    summary.scalar("loss/baseline", losses.baseline)
+    summary.scalar("loss/entropy", losses.entropy)
+    summary.scalar("policy_entropy", loss.policy_entropy)
+    summary.scalar("gradient_global_norm", update.global_norm)
     # 0 when the learner's policy is the actors' (no update in between); it
     # grows with the policy lag, and any misalignment of actions, states or
     # observations on their way through the queue shows here.
@@ -180,12 +237,12 @@ def build_learner(
         "vtrace/mean_abs_log_rho", tf.reduce_mean(tf.abs(vtrace_returns.log_rhos))
     )
     return LearnerOutputs(
-        train_and_count=train_and_count,
-        done=done,
-        info=infos,
-        num_env_frames=num_env_frames,
-        losses=Losses(total_loss, pg_loss, baseline_loss, entropy_loss),
-        learning_rate=learning_rate,
+        train_and_count=update.train_and_count,
+        done=env_outputs.done[1:],
+        info=tf.nest.map_structure(lambda t: t[1:], env_outputs.info),
+        num_env_frames=update.num_env_frames,
+        losses=losses,
+        learning_rate=update.learning_rate,
         vtrace_returns=vtrace_returns,
     )
 

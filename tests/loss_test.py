@@ -1,0 +1,219 @@
+"""learner.compute_loss, term by term, against NumPy on small hand-made
+batches: each loss term's value and its gradient with respect to the
+learner's logits and baselines, the V-trace targets it feeds them, and the
+alignment of steps (the learner's output at t with the action recorded at
+t + 1). All inputs are time-major, [T + 1, B, ...], as the learner gets
+them.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from vtrace_test import numpy_log_softmax, numpy_vtrace
+
+import agent as agent_lib
+import learner as learner_lib
+from config import LearnerConfig
+from environment_specs import StepOutput
+
+T, B, A = 5, 3, 4
+DISCOUNTING = 0.9
+
+
+def config(**overrides) -> LearnerConfig:
+    values = dict(
+        batch_size=B,
+        unroll_length=T,
+        num_action_repeats=4,
+        total_environment_frames=10**6,
+        discounting=DISCOUNTING,
+        baseline_cost=0.5,
+        entropy_cost=0.01,
+    )
+    values.update(overrides)
+    return LearnerConfig(**values)
+
+
+def batch(seed: int) -> dict:
+    """A hand-made batch: rewards beyond [-1, 1] (clipping shows), episode
+    ends at known places, behaviour logits unlike the learner's."""
+    rng = np.random.default_rng(seed)
+    done = np.zeros([T + 1, B], bool)
+    done[2, 0] = done[4, 1] = True
+    return dict(
+        learner_logits=rng.normal(size=[T + 1, B, A]),
+        baseline=rng.normal(size=[T + 1, B]),
+        behaviour_logits=rng.normal(size=[T + 1, B, A]),
+        actions=rng.integers(0, A, size=[T + 1, B]).astype(np.int32),
+        rewards=rng.normal(scale=3.0, size=[T + 1, B]),
+        done=done,
+    )
+
+
+def run_loss(data: dict, learner_config: LearnerConfig) -> dict:
+    """compute_loss on `data`, its terms and their gradients with respect to
+    the learner's logits and baselines, as NumPy."""
+    with tf.Graph().as_default():
+        logits = tf.constant(data["learner_logits"], tf.float32)
+        baseline = tf.constant(data["baseline"], tf.float32)
+        actions = tf.constant(data["actions"])
+        learner_outputs = agent_lib.AgentOutput(actions, logits, baseline)
+        agent_outputs = agent_lib.AgentOutput(
+            actions, tf.constant(data["behaviour_logits"], tf.float32), baseline
+        )
+        env_outputs = StepOutput(
+            tf.constant(data["rewards"], tf.float32),
+            None,
+            tf.constant(data["done"]),
+            None,
+        )
+        out = learner_lib.compute_loss(
+            learner_outputs, agent_outputs, env_outputs, learner_config
+        )
+        losses = out.losses
+        fetches = {
+            "total": losses.total,
+            "policy_gradient": losses.policy_gradient,
+            "baseline": losses.baseline,
+            "entropy": losses.entropy,
+            "policy_entropy": out.policy_entropy,
+            "vs": out.vtrace_returns.vs,
+            "pg_advantages": out.vtrace_returns.pg_advantages,
+        }
+        for name in ("total", "policy_gradient", "baseline", "entropy"):
+            d_logits, d_baseline = tf.gradients(
+                fetches[name], [logits, baseline], unconnected_gradients="zero"
+            )
+            fetches[f"d_{name}/d_logits"] = d_logits
+            fetches[f"d_{name}/d_baseline"] = d_baseline
+        with tf.compat.v1.Session() as session:
+            return session.run(fetches)
+
+
+def numpy_loss(data: dict, learner_config: LearnerConfig) -> dict:
+    """The same terms and gradients by their definitions, in float64."""
+    # Alignment: transitions are steps 1..T; the learner's output at t chose
+    # the action recorded at t + 1; its baseline at T bootstraps.
+    logits = data["learner_logits"][:-1]
+    values = data["baseline"][:-1]
+    bootstrap = data["baseline"][-1]
+    actions = data["actions"][1:]
+    behaviour = data["behaviour_logits"][1:]
+    rewards = np.clip(data["rewards"][1:], -1, 1)
+    discounts = (~data["done"][1:]) * learner_config.discounting
+
+    log_policy = numpy_log_softmax(logits)
+    policy = np.exp(log_policy)
+    take = np.take_along_axis
+    log_pi = take(log_policy, actions[..., None], -1)[..., 0]
+    log_mu = take(numpy_log_softmax(behaviour), actions[..., None], -1)[..., 0]
+    vs, pg_advantages = numpy_vtrace(
+        log_pi - log_mu, discounts, rewards, values, bootstrap
+    )
+    one_hot = np.eye(A)[actions]
+
+    baseline_cost = learner_config.baseline_cost
+    entropy_cost = learner_config.entropy_cost
+    neg_entropy = (policy * log_policy).sum(-1)  # [T, B]
+    out = {
+        "vs": vs,
+        "pg_advantages": pg_advantages,
+        "policy_gradient": -(log_pi * pg_advantages).sum(),
+        "baseline": baseline_cost * 0.5 * ((vs - values) ** 2).sum(),
+        "entropy": entropy_cost * neg_entropy.sum(),
+        "policy_entropy": -neg_entropy.mean(),
+    }
+    out["total"] = out["policy_gradient"] + out["baseline"] + out["entropy"]
+
+    # Gradients. The targets (vs, pg_advantages) are constants: V-trace
+    # stops their gradients, so no term reaches the bootstrap value.
+    zero_logits = np.zeros([T + 1, B, A])
+    zero_baseline = np.zeros([T + 1, B])
+    d_pg = zero_logits.copy()
+    d_pg[:-1] = (policy - one_hot) * pg_advantages[..., None]
+    d_entropy = zero_logits.copy()
+    d_entropy[:-1] = entropy_cost * policy * (log_policy - neg_entropy[..., None])
+    d_baseline = zero_baseline.copy()
+    d_baseline[:-1] = -baseline_cost * (vs - values)
+    out.update(
+        {
+            "d_policy_gradient/d_logits": d_pg,
+            "d_policy_gradient/d_baseline": zero_baseline,
+            "d_baseline/d_logits": zero_logits,
+            "d_baseline/d_baseline": d_baseline,
+            "d_entropy/d_logits": d_entropy,
+            "d_entropy/d_baseline": zero_baseline,
+            "d_total/d_logits": d_pg + d_entropy,
+            "d_total/d_baseline": d_baseline,
+        }
+    )
+    return out
+
+
+@functools.cache
+def both(seed: int) -> tuple[dict, dict]:
+    """(compute_loss's, NumPy's) terms and gradients on batch(seed)."""
+    data, learner_config = batch(seed), config()
+    return run_loss(data, learner_config), numpy_loss(data, learner_config)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize(
+    "term",
+    ["vs", "pg_advantages", "policy_gradient", "baseline", "entropy", "total"],
+)
+def test_each_term_matches_numpy(seed, term):
+    got, expected = both(seed)
+    np.testing.assert_allclose(got[term], expected[term], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("term", ["policy_gradient", "baseline", "entropy", "total"])
+@pytest.mark.parametrize("wrt", ["logits", "baseline"])
+def test_each_gradient_matches_numpy(seed, term, wrt):
+    name = f"d_{term}/d_{wrt}"
+    got, expected = both(seed)
+    np.testing.assert_allclose(got[name], expected[name], rtol=1e-4, atol=1e-5)
+
+
+def test_policy_entropy_is_the_mean_entropy_per_step():
+    data, learner_config = batch(3), config()
+    got, expected = run_loss(data, learner_config), numpy_loss(data, learner_config)
+    np.testing.assert_allclose(got["policy_entropy"], expected["policy_entropy"], 1e-5)
+    assert 0 < got["policy_entropy"] <= np.log(A)
+
+
+def test_costs_scale_their_terms_only():
+    data = batch(4)
+    base = run_loss(data, config())
+    scaled = run_loss(data, config(baseline_cost=1.0, entropy_cost=0.02))
+    np.testing.assert_allclose(scaled["baseline"], 2 * base["baseline"], rtol=1e-5)
+    np.testing.assert_allclose(scaled["entropy"], 2 * base["entropy"], rtol=1e-5)
+    np.testing.assert_allclose(scaled["policy_gradient"], base["policy_gradient"])
+
+
+def test_an_episode_end_cuts_the_targets():
+    """With done at step t + 1 the return from step t is that transition's
+    reward alone (discount 0): no value of the next episode leaks in."""
+    data = batch(5)
+    # On-policy: the learner's output at t is the behaviour at t + 1.
+    data["learner_logits"][:-1] = data["behaviour_logits"][1:]
+    got = run_loss(data, config())
+    # done[2, 0]: the transition into step 2 (index 1 of [T, B]) ends.
+    np.testing.assert_allclose(
+        got["vs"][1, 0], np.clip(data["rewards"][2, 0], -1, 1), rtol=1e-5
+    )
+
+
+def test_rewards_are_clipped_as_configured():
+    data = batch(6)
+    abs_one = run_loss(data, config())
+    soft = run_loss(data, config(reward_clipping="soft_asymmetric"))
+    assert not np.allclose(abs_one["vs"], soft["vs"])
+    np.testing.assert_allclose(
+        abs_one["vs"], numpy_loss(data, config())["vs"], rtol=1e-4, atol=1e-5
+    )
