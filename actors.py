@@ -73,7 +73,10 @@ def create_environment(
     `level_name` is one of `config.level_names`.
     """
     process = environments.create_environment(
-        level_name, seed, is_test, **_environment_options(config, is_test)
+        level_name,
+        seed,
+        is_test,
+        **environments.run_options(level_name, config, is_test),
     )
     _set_timeout(process, config, num_envs=1)
     return process, environments.FlowEnvironment(process.proxy)
@@ -85,25 +88,13 @@ def create_environments(
     """len(seeds) environments of the level in one process (not started) and
     their FlowEnvironment (num_envs=len(seeds))."""
     process = environments.create_environment_vector(
-        level_name, seeds, is_test, **_environment_options(config, is_test)
+        level_name,
+        seeds,
+        is_test,
+        **environments.run_options(level_name, config, is_test),
     )
     _set_timeout(process, config, num_envs=len(seeds))
     return process, environments.FlowEnvironment(process.proxy, len(seeds))
-
-
-def _environment_options(config: EnvironmentConfig, is_test: bool) -> dict:
-    """environments.create_environment's options from the config."""
-    return dict(
-        num_action_repeats=config.num_action_repeats,
-        width=config.width,
-        height=config.height,
-        dataset_path=config.dataset_path,
-        level_cache_dir=config.level_cache_dir,
-        full_action_space=environments.uses_full_action_space(config.level_names),
-        # Training on Atari ends an "episode" at each lost life (the usual
-        # DQN/IMPALA setup); test mode always plays whole games.
-        episode_life=not is_test,
-    )
 
 
 def _set_timeout(

@@ -1,4 +1,11 @@
-"""Atari 2600 games through ale_py, with the IMPALA paper's preprocessing.
+"""The Atari family: Atari 2600 games through ale_py, with the IMPALA paper's
+preprocessing.
+
+Level names: 'atari/<game>' for any ROM ale_py ships ('atari/pong'), and
+'atari57' for the 57 games of atari57.py. `FAMILY` (an `AtariFamily`) is what
+the registry in environments.py needs: those names, the action count (the
+game's minimal action set, or all 18 when several games share one policy),
+the environment class and the Atari-57 scores.
 
 `PyProcessAtari` is an environment class for `py_process.PyProcess`: it runs in
 a child process, so this module must not import TensorFlow at module level
@@ -34,10 +41,16 @@ published scores.
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import numpy as np
 
-from environment_specs import environment_tensor_specs
+import atari57
+from environment_specs import (
+    EnvironmentFamily,
+    UnknownLevelError,
+    environment_tensor_specs,
+)
 
 # Only the frame geometry is fixed: the agent's network is built for it.
 FRAME_HEIGHT = 84
@@ -306,3 +319,96 @@ class PyProcessAtari:
         return environment_tensor_specs(
             method_name, [FRAME_HEIGHT, FRAME_WIDTH, FRAME_STACK]
         )
+
+
+# -- the family ----------------------------------------------------------------
+
+LEVEL_PREFIX = atari57.LEVEL_PREFIX  # 'atari/'
+SUITE = "atari57"
+
+
+class AtariFamily(EnvironmentFamily):
+    """Atari for the registry (see environment_specs.EnvironmentFamily)."""
+
+    name = "Atari"
+    suites = (SUITE,)
+
+    def owns(self, level_name: str) -> bool:
+        return level_name == SUITE or level_name.startswith(LEVEL_PREFIX)
+
+    def expand(self, level_name: str, is_test: bool = False) -> list[str]:
+        if level_name == SUITE:
+            return list(atari57.LEVEL_NAMES)
+        if level_name[len(LEVEL_PREFIX) :] in available_games():
+            return [level_name]
+        raise UnknownLevelError("ale_py has no ROM of that name.")
+
+    def suggestions(self) -> dict[str, str]:
+        # A game also matches by its bare name: 'pong' suggests 'atari/pong'.
+        names = {SUITE: SUITE}
+        for game in available_games():
+            names[LEVEL_PREFIX + game] = LEVEL_PREFIX + game
+        for game in available_games():
+            names.setdefault(game, LEVEL_PREFIX + game)
+        return names
+
+    def num_actions(self, level_names) -> int:
+        """The game's minimal action set for one game; all 18 actions when
+        several games share one policy."""
+        level_names = list(level_names)
+        if SUITE in level_names or full_action_space(level_names):
+            return NUM_FULL_ACTIONS
+        return num_actions(level_names[0][len(LEVEL_PREFIX) :])
+
+    def run_options(self, environment, is_test: bool) -> dict[str, Any]:
+        return {
+            "num_action_repeats": environment.num_action_repeats,
+            "full_action_space": full_action_space(environment.level_names),
+            # Training ends an "episode" at each lost life (the usual
+            # DQN/IMPALA setup); test mode always plays whole games.
+            "episode_life": not is_test,
+        }
+
+    def environment_class(
+        self,
+        level_name: str,
+        seed: int,
+        is_test: bool = False,
+        *,
+        num_action_repeats: int = DEFAULT_NUM_ACTION_REPEATS,
+        full_action_space: bool = False,
+        episode_life: bool = False,
+        repeat_action_probability: float = 0.0,
+        noop_max: int = DEFAULT_NOOP_MAX,
+        max_episode_frames: int = DEFAULT_MAX_EPISODE_FRAMES,
+    ) -> tuple[type, dict]:
+        """PyProcessAtari and its arguments; episode_life applies to
+        training only (test mode plays whole games)."""
+        game = level_name[len(LEVEL_PREFIX) :]
+        if game not in available_games():
+            raise UnknownLevelError("ale_py has no ROM of that name.")
+        return PyProcessAtari, dict(
+            game=game,
+            seed=seed,
+            num_action_repeats=num_action_repeats,
+            noop_max=noop_max,
+            repeat_action_probability=repeat_action_probability,
+            max_episode_frames=max_episode_frames,
+            episode_life=episode_life and not is_test,
+            full_action_space=full_action_space,
+        )
+
+    def suite_scores(self, suite: str, level_returns) -> dict[str, float]:
+        median, mean = atari57.compute_human_normalized_scores(level_returns)
+        return {"median": median, "mean": mean}
+
+    def level_score(self, level: str, returns) -> float | None:
+        return atari57.human_normalized_score(level, returns)
+
+
+def full_action_space(level_names) -> bool:
+    """Several games share one policy over all 18 actions."""
+    return len(set(level_names)) > 1
+
+
+FAMILY = AtariFamily()

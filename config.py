@@ -12,6 +12,7 @@ Field names follow the flags they come from (`--unroll_length` ->
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,22 +24,22 @@ class EnvironmentConfig:
     level_names: the levels it expands to (one, or a suite's 30 or 57).
     num_actions: the agent's action count for these levels.
     timeout_secs: --environment_timeout_secs; 0 waits forever.
+    options: the settings of the levels' family (its `options`: e.g.
+      dmlab.DeepMindLabOptions, the frame size and level cache), or None for
+      the family's defaults.
     """
 
     level_name: str
     level_names: tuple[str, ...]
     num_actions: int
     num_action_repeats: int = 4
-    width: int = 96
-    height: int = 72
-    dataset_path: str = ""
     timeout_secs: float = 600
-    # DeepMind Lab's compiled levels, shared by every actor ('' = no cache).
-    level_cache_dir: str = ""
+    options: Any = None
 
     @property
     def is_suite(self) -> bool:
-        return self.level_name in ("dmlab30", "atari57")
+        """A name that expands to other names: 'dmlab30', 'atari57'."""
+        return self.level_names != (self.level_name,)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -270,12 +270,12 @@ def resolve_levels(f: flags.FlagValues) -> tuple[str, list[str]]:
     """Returns (level name, expanded level names) for the flags.
 
     Raises:
-      FlagError: unknown level, or a DeepMind Lab level without DeepMind Lab.
+      FlagError: unknown level, or a level whose family is not installed.
     """
     level_name, warning = environments.resolve_level_name(
         f.level_name,
         f["level_name"].using_default_value,
-        environments.deepmind_lab_available(),
+        environments.default_level_available(),
     )
     if warning:
         logging.warning(warning)
@@ -285,14 +285,9 @@ def resolve_levels(f: flags.FlagValues) -> tuple[str, list[str]]:
         )
     except ValueError as e:
         raise FlagError(str(e)) from None
-    if not environments.is_atari_level(level_name) and not (
-        environments.deepmind_lab_available()
-    ):
-        raise FlagError(
-            f"--level_name={level_name}: a DeepMind Lab level, but DeepMind Lab "
-            f"is not installed. {environments.INSTALL_DEEPMIND_LAB} Or use an "
-            f"Atari level such as --level_name=atari/pong."
-        )
+    family = environments.family_of(level_name)
+    if not family.available():
+        raise FlagError(family.not_available_message(level_name))
     return level_name, level_names
 
 
@@ -300,22 +295,23 @@ def config_from_flags(f: flags.FlagValues) -> Config:
     """The run's Config from validated flags (resolve_levels may warn).
 
     Raises:
-      FlagError: an unknown level, a DeepMind Lab level without it, or
-        several DeepMind Lab environments to a process.
+      FlagError: an unknown level, a level whose family is not installed,
+        more environments to a process than the family allows, or a family
+        option that cannot be used (an unwritable level cache directory).
     """
     level_name, level_names = resolve_levels(f)
-    if f.envs_per_process > 1 and not all(
-        map(environments.is_atari_level, level_names)
-    ):
-        # DeepMind Lab's engine is a per-process singleton: a second level in
-        # the same process crashes it.
+    family = environments.family_of(level_name)
+    limit = family.max_envs_per_process
+    if limit is not None and f.envs_per_process > limit:
         raise FlagError(
-            f"--envs_per_process={f.envs_per_process}: DeepMind Lab runs one "
-            f"level per process, and --level_name={level_name} has DeepMind Lab "
-            f"levels; use --envs_per_process=1 (several environments to a process "
-            f"are for Atari)."
+            f"--envs_per_process={f.envs_per_process}: {family.name} runs "
+            f"{'one level' if limit == 1 else f'{limit} levels'} per process, and "
+            f"--level_name={level_name} has {family.name} levels; use "
+            f"--envs_per_process={limit} (several environments to a process "
+            f"are for families that allow it, such as Atari)."
         )
     num_actions = environments.num_actions(level_names)
+    options = family.options({name: f[name].value for name in family.option_flags})
     torso, use_lstm = agent_settings(f)
     return Config(
         run=RunConfig(
@@ -336,11 +332,8 @@ def config_from_flags(f: flags.FlagValues) -> Config:
             level_names=tuple(level_names),
             num_actions=num_actions,
             num_action_repeats=f.num_action_repeats,
-            width=f.width,
-            height=f.height,
-            dataset_path=f.dataset_path,
             timeout_secs=f.environment_timeout_secs,
-            level_cache_dir=level_cache_dir(f, level_name),
+            options=options,
         ),
         agent=AgentConfig(
             torso=torso,
@@ -390,25 +383,6 @@ def agent_settings(f: flags.FlagValues) -> tuple[str, bool]:
                 str(use_lstm).lower(),
             )
     return torso, use_lstm
-
-
-def level_cache_dir(f: flags.FlagValues, level_name: str) -> str:
-    """--level_cache_dir, expanded and created; '' for Atari or no cache.
-
-    Raises:
-      FlagError: the directory cannot be created.
-    """
-    if not f.level_cache_dir or environments.is_atari_level(level_name):
-        return ""
-    path = os.path.expanduser(f.level_cache_dir)
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError as e:
-        raise FlagError(
-            f"--level_cache_dir={f.level_cache_dir}: cannot create it "
-            f"({e.strerror}); give a writable directory, or '' for no cache."
-        ) from None
-    return path
 
 
 def cluster_config_from_flags(f: flags.FlagValues) -> cluster.ClusterConfig | None:

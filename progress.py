@@ -15,8 +15,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-import atari57
-import dmlab30
+import environments
 
 PROGRESS_SECS = 10
 RECENT_EPISODES = 100
@@ -112,7 +111,8 @@ class EpisodeLogger:
     ):
         self._writer = summary_writer
         self._num_action_repeats = num_action_repeats
-        self._suite = level_name if level_name in ("dmlab30", "atari57") else None
+        is_suite = list(level_names) != [level_name]
+        self._suite = level_name if is_suite else None
         self._suite_returns = {name: [] for name in level_names}
         self.recent_returns = collections.deque(maxlen=RECENT_EPISODES)
         self.num_episodes = 0
@@ -154,14 +154,9 @@ class EpisodeLogger:
 
 
 def human_normalized_scores(suite: str, level_returns) -> dict[str, float]:
-    """dmlab30: {'no_cap', 'cap_100'}; atari57: {'median', 'mean'}."""
-    if suite == "dmlab30":
-        return {
-            "no_cap": dmlab30.compute_human_normalized_score(level_returns, None),
-            "cap_100": dmlab30.compute_human_normalized_score(level_returns, 100),
-        }
-    median, mean = atari57.compute_human_normalized_scores(level_returns)
-    return {"median": median, "mean": mean}
+    """dmlab30: {'no_cap', 'cap_100'}; atari57: {'median', 'mean'} (the
+    suite's family computes them)."""
+    return environments.suite_scores(suite, level_returns)
 
 
 def results_table(results: dict) -> str:
@@ -196,9 +191,4 @@ def results_table(results: dict) -> str:
 def level_human_normalized_score(level: str, returns) -> float | None:
     """One level's human-normalised score, or None when it has no reference
     scores (a level outside DMLab-30 and Atari-57)."""
-    try:
-        if level.startswith("atari/"):
-            return atari57.human_normalized_score(level, returns)
-        return dmlab30.human_normalized_score(level, returns)
-    except (KeyError, ValueError):
-        return None
+    return environments.level_score(level, returns)

@@ -3,7 +3,7 @@
 In one invocation, on explore_goal_locations_small (96x72, software
 renderer, 4 action repeats):
 
-- the ceiling: one process per core stepping `environments.PyProcessDmLab`
+- the ceiling: one process per core stepping `dmlab.PyProcessDmLab`
   (the training environment class) with uniformly random actions, no agent,
   no TensorFlow, no pipe; measured at the start and at the end;
 - training (experiment.py's own main through common.run_experiment, a steady
@@ -32,13 +32,13 @@ FULL_LEVEL = "contributed/dmlab30/" + LEVEL
 def _dmlab_worker(level, seed, seconds, start_at, result_queue):
     import numpy as np
 
-    import environments
+    import dmlab
 
     config = {"width": 96, "height": 72, "datasetPath": "", "logLevel": "WARN"}
-    env = environments.PyProcessDmLab(level, config, 4, seed=seed)
+    env = dmlab.PyProcessDmLab(level, config, 4, seed=seed)
     env.initial()
     rng = np.random.RandomState(seed)
-    actions = rng.randint(len(environments.DEFAULT_ACTION_SET), size=4096)
+    actions = rng.randint(len(dmlab.DEFAULT_ACTION_SET), size=4096)
     while time.time() < start_at:  # All workers start together.
         time.sleep(0.005)
     steps, start, cpu_start = 0, time.perf_counter(), time.process_time()

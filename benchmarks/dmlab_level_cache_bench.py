@@ -30,10 +30,11 @@ EPISODE_STEPS = 1350  # 5,400 frames at 4 action repeats
 
 _CHILD = """
 import json, sys, time
+import dmlab
 import environments
 config = {"width": 96, "height": 72, "datasetPath": "", "logLevel": "WARN"}
 started = time.monotonic()
-env = environments.PyProcessDmLab(sys.argv[1], config, 4, seed=int(sys.argv[2]),
+env = dmlab.PyProcessDmLab(sys.argv[1], config, 4, seed=int(sys.argv[2]),
                                    level_cache_dir=sys.argv[3])
 env.initial()
 start_s = time.monotonic() - started

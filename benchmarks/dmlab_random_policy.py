@@ -19,7 +19,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import environments  # noqa: E402
+import dmlab  # noqa: E402
 
 
 def main() -> None:
@@ -29,14 +29,14 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", default="")
     args = parser.parse_args()
-    level = environments.DMLAB30_PREFIX + args.level
+    level = dmlab.DMLAB30_PREFIX + args.level
     config = {"width": 96, "height": 72, "datasetPath": "", "logLevel": "WARN"}
-    env = environments.PyProcessDmLab(level, config, 4, seed=args.seed)
+    env = dmlab.PyProcessDmLab(level, config, 4, seed=args.seed)
     env.initial()
     rng = np.random.RandomState(args.seed)
     returns, episode_return = [], 0.0
     while len(returns) < args.episodes:
-        reward, done, _ = env.step(rng.randint(len(environments.DEFAULT_ACTION_SET)))
+        reward, done, _ = env.step(rng.randint(len(dmlab.DEFAULT_ACTION_SET)))
         episode_return += float(reward)
         if done:
             returns.append(episode_return)

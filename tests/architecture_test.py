@@ -168,3 +168,86 @@ def test_the_fast_subset_keeps_most_tests_and_leaves_out_the_slow_ones():
     assert slow >= 1
     pyproject = (REPO / "pyproject.toml").read_text(encoding="utf-8")
     assert '"slow:' in pyproject and "--strict-markers" in pyproject
+
+
+# -- the environment seam ----------------------------------------------------------
+
+# The family modules and the registry: the only places that know which family
+# a level name belongs to.
+FAMILY_MODULES = {"atari", "atari57", "dmlab", "dmlab30", "environments"}
+# What a test of a level's family looks like: a family's prefix or suite name
+# in a comparison or a startswith call.
+FAMILY_MARKERS = ("atari/", "atari57", "dmlab30", "contributed/")
+# Modules that environment processes import: they must not import TensorFlow
+# at module level (a child would pay seconds and hundreds of MiB for it).
+TF_FREE_MODULES = {"atari", "atari57", "dmlab", "dmlab30", "environment_specs"}
+
+
+def _family_tests(path: Path) -> list[str]:
+    """Comparisons and startswith calls in `path` that test a family's name."""
+    problems = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        name = getattr(node, "id", getattr(node, "attr", None))
+        if isinstance(node, ast.Name | ast.Attribute) and name == "is_atari_level":
+            problems.append(f"line {node.lineno}: is_atari_level")
+        is_startswith = (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("startswith", "removeprefix")
+        )
+        if not (isinstance(node, ast.Compare) or is_startswith):
+            continue
+        for inner in ast.walk(node):
+            if isinstance(inner, ast.Constant) and isinstance(inner.value, str):
+                if any(marker in inner.value for marker in FAMILY_MARKERS):
+                    problems.append(f"line {node.lineno}: {inner.value!r}")
+    return problems
+
+
+def test_no_module_outside_the_families_tests_a_levels_family():
+    offenders = {
+        name: problems
+        for name, path in project_modules(REPO).items()
+        if name not in FAMILY_MODULES and (problems := _family_tests(path))
+    }
+    assert offenders == {}
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "ok = name.startswith('atari/')\n",
+        "ok = name in ('dmlab30', 'atari57')\n",
+        "ok = name == 'atari57'\n",
+        "if not environments.is_atari_level(name):\n    pass\n",
+    ],
+)
+def test_the_family_check_catches_each_way_in(tmp_path, source):
+    path = tmp_path / "module.py"
+    path.write_text(source)
+    assert _family_tests(path)
+
+
+def _module_level_imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names = set()
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_modules_of_environment_processes_stay_free_of_tensorflow():
+    """Also through the project modules they import at module level."""
+    modules = project_modules(REPO)
+    seen, todo = set(), list(TF_FREE_MODULES)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        imports = _module_level_imports(modules[name])
+        assert "tensorflow" not in imports, f"{name}.py imports TensorFlow"
+        todo += [m for m in imports if m in modules]

@@ -21,7 +21,7 @@ import sys
 import pytest
 from run_helpers import REPO_ROOT
 
-import environments
+import dmlab
 
 STANDIN_DIR = os.path.join(REPO_ROOT, "tests", "standin")
 REAL, STANDIN = "real", "stand-in"
@@ -86,6 +86,7 @@ class DeepMindLab:
         program = (
             "import json, sys, time\n"
             "import numpy as np\n"
+            "import dmlab\n"
             "import environments\n"
             f"CONFIG = {CONFIG!r}\n"
             "out = {}\n" + code + "\nprint('OUT=' + json.dumps(out))\n"
@@ -99,7 +100,7 @@ class DeepMindLab:
 def deepmind_lab(kind: str) -> DeepMindLab:
     """The DeepMind Lab of that kind; skips the test when the real library is
     asked for and not installed."""
-    if kind == REAL and not environments.deepmind_lab_available():
+    if kind == REAL and not dmlab.deepmind_lab_available():
         pytest.skip(NOT_INSTALLED)
     return DeepMindLab(kind)
 

@@ -32,8 +32,8 @@ from dmlab_helpers import (
 )
 from run_helpers import REPO_ROOT, command
 
+import dmlab
 import dmlab30
-import environments
 
 STANDIN_LAB = DeepMindLab(STANDIN)
 EVALUATION_MIXER_SEED = str(0x600D5EED)  # DeepMind Lab's, for test mode
@@ -45,7 +45,7 @@ EVALUATION_MIXER_SEED = str(0x600D5EED)  # DeepMind Lab's, for test mode
 def test_the_stand_in_is_importable_only_where_a_test_puts_it():
     """Runs without the stand-in: a user's Python, started in the repository,
     does not find a `deepmind_lab` in it."""
-    if environments.deepmind_lab_available():
+    if dmlab.deepmind_lab_available():
         pytest.skip("the real DeepMind Lab is installed here")
     result = subprocess.run(
         [sys.executable, "-c", "import deepmind_lab"],
@@ -338,7 +338,7 @@ def test_the_default_level_falls_back_to_pong_with_one_warning(with_stand_in, tm
     """Without deepmind_lab (the stand-in off the path) the default run trains
     on atari/pong after one warning; with it (on the stand-in) it trains on
     explore_goal_locations_small and does not warn."""
-    if not with_stand_in and environments.deepmind_lab_available():
+    if not with_stand_in and dmlab.deepmind_lab_available():
         pytest.skip("the real DeepMind Lab is installed here")
     args = command(
         "--agent=shallow",

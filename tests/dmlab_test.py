@@ -34,6 +34,7 @@ from dmlab_helpers import (
 )
 from run_helpers import REPO_ROOT, command, one_error_line
 
+import dmlab
 import environments
 
 
@@ -52,26 +53,22 @@ def test_wrapper_outputs_match_its_specs(lab):
 
     out = lab.in_child(
         f"""
-env = environments.PyProcessDmLab({FULL_LEVEL!r}, CONFIG, 4, seed=1)
+env = dmlab.PyProcessDmLab({FULL_LEVEL!r}, CONFIG, 4, seed=1)
 frame, instruction = env.initial()
 out["initial"] = [list(frame.shape), str(frame.dtype), float(frame.std()),
                   type(instruction).__name__]
 steps = []
-for action in range(len(environments.DEFAULT_ACTION_SET)):
+for action in range(len(dmlab.DEFAULT_ACTION_SET)):
     reward, done, (frame, _) = env.step(action)
     steps.append([str(reward.dtype), str(done.dtype), list(frame.shape)])
 # A native 7-int action, as the reference sends, works too.
-env.step(np.array(environments.DEFAULT_ACTION_SET[0], np.intc))
+env.step(np.array(dmlab.DEFAULT_ACTION_SET[0], np.intc))
 out["steps"] = steps
 env.close()
 """
     )
-    initial_spec = environments.PyProcessDmLab._tensor_specs(
-        "initial", {}, {"config": CONFIG}
-    )
-    step_spec = environments.PyProcessDmLab._tensor_specs(
-        "step", {}, {"config": CONFIG}
-    )
+    initial_spec = dmlab.PyProcessDmLab._tensor_specs("initial", {}, {"config": CONFIG})
+    step_spec = dmlab.PyProcessDmLab._tensor_specs("step", {}, {"config": CONFIG})
     shape, dtype, std, instruction_type = out["initial"]
     assert tf.TensorShape(shape) == initial_spec[0].shape == (72, 96, 3)
     assert dtype == "uint8" and std > 0  # a rendered view
@@ -102,7 +99,7 @@ def test_test_mode_settings_open_the_hold_out_levels(lab, monkeypatch):
         f"""
 for name, config in (("test", {config!r}), ("training", {training_config!r})):
     try:
-        environments.PyProcessDmLab({test_level!r}, config, 4, seed=1).close()
+        dmlab.PyProcessDmLab({test_level!r}, config, 4, seed=1).close()
         out[name] = "started"
     except ValueError as e:
         out[name] = str(e)
@@ -273,7 +270,7 @@ def start_time(lab, level_cache_dir: str, seed: int) -> float:
     out = lab.in_child(
         f"""
 started = time.monotonic()
-env = environments.PyProcessDmLab({FULL_LEVEL!r}, CONFIG, 4, seed={seed},
+env = dmlab.PyProcessDmLab({FULL_LEVEL!r}, CONFIG, 4, seed={seed},
                                    level_cache_dir={level_cache_dir!r})
 env.initial()
 out["seconds"] = time.monotonic() - started

@@ -17,6 +17,7 @@ import pytest
 import tensorflow as tf
 
 import atari
+import dmlab
 import dmlab30
 import environments
 
@@ -317,28 +318,28 @@ def test_unknown_level_names_list_close_names(name, expected, monkeypatch):
 
 def test_unknown_name_without_deepmind_lab_says_how_to_get_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "deepmind_lab", None)
-    assert not environments.deepmind_lab_available()
+    assert not dmlab.deepmind_lab_available()
     with pytest.raises(ValueError, match="google-deepmind/lab") as info:
         environments.expand_level_names("my_custom_level")
     assert "atari/pong" in str(info.value)
     # With DeepMind Lab, custom level names go to DeepMind Lab to check.
     monkeypatch.setitem(sys.modules, "deepmind_lab", types.ModuleType("deepmind_lab"))
-    assert environments.deepmind_lab_available()
+    assert dmlab.deepmind_lab_available()
     assert environments.expand_level_names("my_custom_level") == ["my_custom_level"]
 
 
-def test_is_atari_level_and_num_actions():
-    assert environments.is_atari_level("atari/pong")
-    assert environments.is_atari_level("atari57")
-    assert not environments.is_atari_level("explore_goal_locations_small")
-    assert not environments.is_atari_level("dmlab30")
+def test_family_of_level_names_and_num_actions():
+    assert environments.family_of("atari/pong") is atari.FAMILY
+    assert environments.family_of("atari57") is atari.FAMILY
+    assert environments.family_of("explore_goal_locations_small") is dmlab.FAMILY
+    assert environments.family_of("dmlab30") is dmlab.FAMILY
     assert environments.num_actions(["atari/pong"]) == 6
     assert environments.num_actions(["atari/pong", "atari/pong"]) == 6
     assert environments.num_actions(environments.expand_level_names("atari57")) == 18
     assert environments.num_actions(["explore_goal_locations_small"]) == 9
     assert environments.num_actions(environments.expand_level_names("dmlab30")) == 9
-    assert environments.uses_full_action_space(["atari/pong", "atari/breakout"])
-    assert not environments.uses_full_action_space(["atari/pong"])
+    assert atari.full_action_space(["atari/pong", "atari/breakout"])
+    assert not atari.full_action_space(["atari/pong"])
     assert not environments.has_instructions(["atari/pong", "atari/breakout"])
     assert environments.has_instructions(["explore_goal_locations_small"])
     assert environments.has_instructions(environments.expand_level_names("dmlab30"))
@@ -352,40 +353,38 @@ def test_is_atari_level_and_num_actions():
 
 
 def test_default_action_set():
-    actions = np.array(environments.DEFAULT_ACTION_SET)
+    actions = np.array(dmlab.DEFAULT_ACTION_SET)
     assert actions.shape == (9, 7)
     assert len({tuple(a) for a in actions}) == 9
-    assert environments.DEFAULT_ACTION_SET[0] == (0, 0, 0, 1, 0, 0, 0)  # forward
-    assert environments.DEFAULT_ACTION_SET[8] == (0, 0, 0, 0, 1, 0, 0)  # fire
+    assert dmlab.DEFAULT_ACTION_SET[0] == (0, 0, 0, 1, 0, 0, 0)  # forward
+    assert dmlab.DEFAULT_ACTION_SET[8] == (0, 0, 0, 0, 1, 0, 0)  # fire
 
 
 def test_dmlab_tensor_specs():
-    specs = environments.PyProcessDmLab._tensor_specs(
+    specs = dmlab.PyProcessDmLab._tensor_specs(
         "initial", {}, {"config": {"width": 96, "height": "72"}}
     )
     assert specs == (
         tf.TensorSpec([72, 96, 3], tf.uint8),
         tf.TensorSpec([], tf.string),
     )
-    reward, done, observation = environments.PyProcessDmLab._tensor_specs(
+    reward, done, observation = dmlab.PyProcessDmLab._tensor_specs(
         "step", {}, {"config": {}}
     )
     assert reward == tf.TensorSpec([], tf.float32)
     assert done == tf.TensorSpec([], tf.bool)
     assert observation[0] == tf.TensorSpec([240, 320, 3], tf.uint8)  # DMLab defaults
-    assert environments.PyProcessDmLab._tensor_specs("close", {}, {}) is None
+    assert dmlab.PyProcessDmLab._tensor_specs("close", {}, {}) is None
 
 
 def test_missing_deepmind_lab_is_one_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "deepmind_lab", None)  # import fails
-    with pytest.raises(environments.DeepMindLabNotInstalledError) as info:
-        environments.PyProcessDmLab("explore_goal_locations_small", {}, 4, 1)
+    with pytest.raises(dmlab.DeepMindLabNotInstalledError) as info:
+        dmlab.PyProcessDmLab("explore_goal_locations_small", {}, 4, 1)
     for text in ("DeepMind Lab is not installed", "google-deepmind/lab", "atari/pong"):
         assert text in str(info.value)
     assert isinstance(info.value, ImportError)
-    with pytest.raises(
-        environments.DeepMindLabNotInstalledError, match="google-deepmind/lab"
-    ):
+    with pytest.raises(dmlab.DeepMindLabNotInstalledError, match="google-deepmind/lab"):
         environments.create_environment("explore_goal_locations_small", seed=1)
 
 
@@ -436,7 +435,7 @@ def fake_deepmind_lab(monkeypatch):
 
 def test_dmlab_wrapper_logic(fake_deepmind_lab):
     config = {"width": 96, "height": 72, "datasetPath": "", "logLevel": "WARN"}
-    env = environments.PyProcessDmLab(
+    env = dmlab.PyProcessDmLab(
         "contributed/dmlab30/rooms_watermaze", config, 4, seed=1, runfiles_path="/rf"
     )
     lab = _FakeLab.instances[0]
@@ -461,7 +460,7 @@ def test_dmlab_wrapper_logic(fake_deepmind_lab):
     assert done and frame[0, 0, 0] == 2  # the next episode's first frame
     assert len(lab.reset_seeds) == 2 and lab.reset_seeds[0] != lab.reset_seeds[1]
     # Reset seeds come from the seeded generator.
-    environments.PyProcessDmLab("rooms_watermaze", config, 4, seed=1).initial()
+    dmlab.PyProcessDmLab("rooms_watermaze", config, 4, seed=1).initial()
     assert _FakeLab.instances[1].reset_seeds[0] == lab.reset_seeds[0]
     env.close()
     assert lab.closed
@@ -481,7 +480,7 @@ def test_create_dmlab_environment_config(fake_deepmind_lab):
 
 
 def test_local_level_cache(tmp_path):
-    cache = environments.LocalLevelCache(str(tmp_path / "cache"))
+    cache = dmlab.LocalLevelCache(str(tmp_path / "cache"))
     pk3 = tmp_path / "level.pk3"
     pk3.write_bytes(b"compiled level")
     target = tmp_path / "fetched.pk3"
@@ -497,5 +496,5 @@ def test_local_level_cache(tmp_path):
 
 def test_dmlab30_level_names_are_known():
     for name in dmlab30.ALL_LEVELS:
-        assert name in environments.KNOWN_DEEPMIND_LAB_LEVELS
-        assert "contributed/dmlab30/" + name in environments.KNOWN_DEEPMIND_LAB_LEVELS
+        assert name in dmlab.KNOWN_DEEPMIND_LAB_LEVELS
+        assert "contributed/dmlab30/" + name in dmlab.KNOWN_DEEPMIND_LAB_LEVELS

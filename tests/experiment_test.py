@@ -37,6 +37,7 @@ import actors
 import agent as agent_lib
 import atari57
 import checkpoints
+import dmlab
 import environments
 import experiment
 import learner as learner_lib
@@ -443,7 +444,7 @@ def test_bad_flags_exit_nonzero_with_one_line(bad_flag_runs, name):
     ],
 )
 def test_bad_flags_in_process(args, expected, tmp_path, capsys):
-    if "level_name" in args[0] and experiment.environments.deepmind_lab_available():
+    if "level_name" in args[0] and dmlab.deepmind_lab_available():
         pytest.skip("DeepMind Lab is installed here")
     code = run_command_line("--level_name=atari/pong", f"--logdir={tmp_path}", *args)
     assert code == 2
@@ -459,15 +460,15 @@ def test_validate_flags_accepts_more_unrolls_than_actors():
 
 def test_default_level_falls_back_to_pong_without_deepmind_lab():
     level, warning = environments.resolve_level_name(
-        environments.DEFAULT_LEVEL, is_default=True, deepmind_lab_available=False
+        environments.DEFAULT_LEVEL, is_default=True, default_available=False
     )
     assert level == "atari/pong" and "DeepMind Lab is not installed" in warning
     level, warning = environments.resolve_level_name(
-        environments.DEFAULT_LEVEL, is_default=False, deepmind_lab_available=False
+        environments.DEFAULT_LEVEL, is_default=False, default_available=False
     )
     assert level == environments.DEFAULT_LEVEL and warning is None
     level, warning = environments.resolve_level_name(
-        environments.DEFAULT_LEVEL, is_default=True, deepmind_lab_available=True
+        environments.DEFAULT_LEVEL, is_default=True, default_available=True
     )
     assert level == environments.DEFAULT_LEVEL and warning is None
 

@@ -1,0 +1,123 @@
+"""The environment seam: a family written outside the project (toy_family.py)
+and registered by a script of its own trains and tests end to end through
+experiment.py, and the registry asks each question of the family that owns
+the level."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import toy_family
+from run_helpers import REPO_ROOT
+
+import atari
+import environments
+
+SCRIPT = os.path.join(REPO_ROOT, "tests", "train_with_toy_family.py")
+SMALL = [
+    "--agent=shallow",
+    "--num_actors=2",
+    "--batch_size=2",
+    "--unroll_length=20",
+    "--num_action_repeats=1",
+]
+
+
+@pytest.fixture
+def with_toy_family(monkeypatch):
+    """The toy family registered in this process for one test."""
+    monkeypatch.setattr(environments, "_FAMILIES", list(environments.families()))
+    environments.register(toy_family.FAMILY)
+
+
+def test_the_registry_asks_the_family_that_owns_the_level(with_toy_family):
+    assert environments.family_of("toy/corridor_5") is toy_family.FAMILY
+    assert environments.family_of("atari/pong") is atari.FAMILY
+    assert environments.expand_level_names("toy2") == [
+        "toy/corridor_3",
+        "toy/corridor_5",
+    ]
+    assert environments.num_actions(["toy/corridor_3", "toy/corridor_5"]) == 2
+    assert not environments.has_instructions(["toy/corridor_3"])
+    env_type, kwargs = environments.environment_class("toy/corridor_4", seed=3)
+    assert env_type is toy_family.ToyCorridor and kwargs["length"] == 4
+    assert environments.suite_scores("toy2", {"a": [1.0], "b": [0.0]}) == {
+        "mean_return": 0.5
+    }
+    assert environments.level_score("toy/corridor_3", [1.0]) is None
+
+
+def test_the_registry_reports_a_familys_unknown_level_with_close_names(
+    with_toy_family,
+):
+    with pytest.raises(ValueError) as info:
+        environments.expand_level_names("toy/corridor_12")
+    message = str(info.value)
+    assert message.startswith("Unknown --level_name='toy/corridor_12': toy corridors")
+    assert "toy/corridor_" in message.split("Closest valid names:")[1]
+    with pytest.raises(ValueError, match="Cannot mix Toy and Atari levels"):
+        environments.num_actions(["toy/corridor_3", "atari/pong"])
+    with pytest.raises(ValueError, match="is a suite"):
+        environments.environment_class("toy2", seed=1)
+
+
+def test_a_family_registered_twice_is_asked_once(with_toy_family):
+    before = environments.families()
+    environments.register(toy_family.FAMILY)
+    assert environments.families() == before
+
+
+def test_without_registration_the_toy_levels_are_unknown():
+    assert toy_family.FAMILY not in environments.families()
+    with pytest.raises(ValueError, match="Unknown --level_name='toy2'"):
+        environments.expand_level_names("toy2")
+
+
+def run_script(*args: str, timeout: float = 180):
+    return subprocess.run(
+        [sys.executable, SCRIPT, *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.mark.slow
+def test_a_family_registered_by_a_script_trains_and_tests_end_to_end(tmp_path):
+    logdir = str(tmp_path / "run")
+    train = run_script(
+        *SMALL,
+        "--level_name=toy2",
+        f"--logdir={logdir}",
+        "--total_environment_frames=2000",
+    )
+    assert train.returncode == 0, train.stderr[-3000:]
+    assert re.search(
+        r"Training toy2 \(2 levels, 2 actions\), shallow agent", train.stderr
+    )
+    for level in ("toy/corridor_3", "toy/corridor_5"):
+        assert re.search(
+            rf"Episode on {level}: return [01]\.0, \d+ frames", train.stderr
+        )
+    assert "Training done: 2000 environment frames" in train.stderr
+
+    test = run_script(
+        *SMALL,
+        "--level_name=toy2",
+        f"--logdir={logdir}",
+        "--mode=test",
+        "--test_num_episodes=3",
+    )
+    assert test.returncode == 0, test.stderr[-3000:]
+    with open(os.path.join(logdir, "test_results.json")) as f:
+        results = json.load(f)
+    assert sorted(results["levels"]) == ["toy/corridor_3", "toy/corridor_5"]
+    assert all(len(r["returns"]) == 3 for r in results["levels"].values())
+    assert set(results["human_normalized"]) == {"mean_return"}
+    assert "toy2 human-normalised mean_return:" in test.stdout
