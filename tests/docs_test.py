@@ -1,8 +1,11 @@
-"""Keeps README.md, the Dockerfile and .ci/run honest.
+"""Keeps README.md, docs/, the Dockerfile and .ci/run honest.
 
 - Every `--flag` on an `experiment.py` or `launch.py` command line in the
-  README's code blocks (and in the Dockerfile) is a flag those scripts define,
-  and the README's flag tables name real flags with their real defaults.
+  code blocks of README.md and docs/*.md (and in the Dockerfile) is a flag
+  those scripts define, and docs/flags.md's tables name every flag of
+  experiment.py with its real default.
+- README.md stays a five-minute read (at most MAX_README_LINES lines) with
+  its map of where to change what, and links every page of docs/.
 - The install and test commands are the same in README.md, the Dockerfile and
   .ci/run (CI runs exactly what a newcomer is told to run).
 - The Dockerfile pins its base image (tag and digest) and installs DeepMind
@@ -30,6 +33,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
+DOCS = REPO / "docs"
+FLAGS_PAGE = DOCS / "flags.md"
+MAX_README_LINES = 300
 DOCKERFILE = REPO / "Dockerfile"
 CI_RUN = REPO / ".ci" / "run"
 REQUIREMENTS = REPO / "requirements.txt"
@@ -238,17 +244,29 @@ def _canonical_commands() -> tuple[str, str]:
     return install[0], tests[0]
 
 
+def _doc_pages() -> list[Path]:
+    return [README, *sorted(DOCS.glob("*.md"))]
+
+
 def _all_readme_command_lines() -> list[str]:
     return [ln for block in _code_blocks(_read(README)) for ln in _logical_lines(block)]
 
 
+def _all_doc_command_lines() -> list[str]:
+    """The command lines of README.md and every page of docs/."""
+    return [
+        ln
+        for page in _doc_pages()
+        for block in _code_blocks(_read(page))
+        for ln in _logical_lines(block)
+    ]
+
+
 def _flag_table_rows() -> list[tuple[str, str]]:
-    """(flag, default cell) of the tables in README's '## Flags' section."""
-    text = _read(README)
-    match = re.search(r"^## Flags\s*$(.*?)(?=^## )", text, flags=re.S | re.M)
-    assert match, "README.md has no '## Flags' section"
-    rows = re.findall(r"^\|\s*`--(\w+)`\s*\|\s*([^|]*?)\s*\|", match[1], flags=re.M)
-    assert rows, "README.md's Flags section has no flag table rows"
+    """(flag, default cell) of the tables in docs/flags.md."""
+    text = _read(FLAGS_PAGE)
+    rows = re.findall(r"^\|\s*`--(\w+)`\s*\|\s*([^|]*?)\s*\|", text, flags=re.M)
+    assert rows, "docs/flags.md has no flag table rows"
     return rows
 
 
@@ -279,18 +297,34 @@ def test_readme_shows_experiment_and_launch_command_lines():
     assert scripts == set(SCRIPTS), f"README.md code blocks call {sorted(scripts)}"
 
 
+def test_readme_is_short_maps_the_code_and_links_every_docs_page():
+    text = _read(README)
+    assert text.count("\n") <= MAX_README_LINES, text.count("\n")
+    assert "## Where to change what" in text
+    for module in (
+        "learner.compute_loss",
+        "actors.py",
+        "environments.py",
+        "cluster.py",
+    ):
+        assert module in text, module
+    for page in sorted(DOCS.glob("*.md")):
+        assert f"](docs/{page.name})" in text, f"README does not link {page.name}"
+    assert (REPO / "LICENSE").is_file() and "Apache License" in _read(REPO / "LICENSE")
+
+
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_every_flag_in_readme_command_lines_is_defined(script):
     unknown = []
-    for called, names, command in _script_invocations(_all_readme_command_lines()):
+    for called, names, command in _script_invocations(_all_doc_command_lines()):
         if called != script:
             continue
         accepted = _accepted_flags(script)
         unknown += [
             f"--{n} in: {command}" for n in names if not _is_accepted(n, accepted)
         ]
-    assert not unknown, "README.md uses flags that are not defined:\n" + "\n".join(
-        unknown
+    assert not unknown, (
+        "README.md or docs/ use flags that are not defined:\n" + "\n".join(unknown)
     )
 
 
@@ -322,9 +356,10 @@ def test_flag_tables_name_real_flags_with_their_defaults():
             problems.append(f"--{name}: not defined by experiment.py")
         elif not _same_default(cell, defined[name]):
             problems.append(
-                f"--{name}: README says {cell}, experiment.py says {defined[name]!r}"
+                f"--{name}: docs/flags.md says {cell}, experiment.py says "
+                f"{defined[name]!r}"
             )
-    assert not problems, "README.md's flag tables are out of date:\n" + "\n".join(
+    assert not problems, "docs/flags.md's tables are out of date:\n" + "\n".join(
         problems
     )
 
@@ -335,7 +370,7 @@ def test_every_flag_experiment_py_defines_is_documented():
     documented = {name for name, _ in _flag_table_rows()}
     missing = sorted(own - documented)
     assert not missing, (
-        f"experiment.py flags missing from README.md's Flags tables: {missing}"
+        f"experiment.py flags missing from docs/flags.md's tables: {missing}"
     )
 
 
@@ -423,12 +458,9 @@ def test_dockerfile_pins_base_image_by_tag_and_digest():
     assert external, "the Dockerfile has no base image"
 
 
-def _readme_section(title: str) -> str:
-    """The README's section whose `## ` heading starts with `title`."""
-    text = _read(README)
-    start = text.index("\n## " + title)
-    end = text.find("\n## ", start + 1)
-    return text[start : end if end != -1 else len(text)]
+def _docs_page(page: str) -> str:
+    """A page of docs/ (the DeepMind Lab and Docker reference)."""
+    return _read(DOCS / page)
 
 
 def test_dockerfile_installs_deepmind_lab_only_from_a_wheel_in_wheels():
@@ -445,21 +477,23 @@ def test_dockerfile_installs_deepmind_lab_only_from_a_wheel_in_wheels():
     assert "wheels/*.whl" in _read(REPO / ".gitignore")
 
 
-def test_readme_names_the_dockerfiles_deepmind_lab_runtime_libraries_and_dm_env():
+def test_docs_name_the_dockerfiles_deepmind_lab_runtime_libraries_and_dm_env():
     libraries = _dockerfile_args()["DMLAB_RUNTIME_LIBRARIES"].split()
     assert libraries and "${DMLAB_RUNTIME_LIBRARIES}" in " ".join(
         _dockerfile_shell_lines("RUN")
     )
-    section = _readme_section("DeepMind Lab")
+    section = _docs_page("deepmind-lab.md")
     words = " ".join(section.replace("`", " ").split())
-    assert " ".join(libraries) in words, "README's list differs from the Dockerfile's"
+    assert " ".join(libraries) in words, (
+        "docs/deepmind-lab.md's list differs from the Dockerfile's"
+    )
     (dm_env,) = re.findall(r"dm-env==[\d.]+", " ".join(_dockerfile_shell_lines("RUN")))
     assert dm_env in section
     assert "import deepmind_lab" in section and "deepmind_lab.Lab" in section
 
 
-def test_readme_docker_section_shows_both_builds_and_the_default_command():
-    section = _readme_section("Docker")
+def test_docker_page_shows_both_builds_and_the_default_command():
+    section = _docs_page("docker.md")
     blocks = "\n".join(_code_blocks(section))
     assert "wheels/" in blocks and blocks.count("docker build") >= 2
     assert "docker run --rm scalable_agent" in blocks
@@ -551,7 +585,6 @@ def test_dockerignore_keeps_what_the_image_build_reads():
             )
 
 
-def test_readme_says_ci_does_not_build_the_image_and_points_to_benchmarks():
-    text = _read(README)
-    assert "CI does not build the Docker image" in text
-    assert "BENCHMARKS.md" in text
+def test_docs_say_ci_does_not_build_the_image_and_point_to_benchmarks():
+    assert "CI does not build the Docker image" in _read(DOCS / "docker.md")
+    assert "BENCHMARKS.md" in _read(README)
