@@ -10,10 +10,11 @@ by the dynamic batching op (`make_inference_fn`); a cluster's actor task
 builds the same unroll (distributed.py).
 
 What an actor survives: its environment process dying, raising or hanging
-(killed after `EnvironmentConfig.timeout_secs`). `ActorRunner` then drops
-the unroll in flight, restarts the environment in a fresh process and
-resets the actor's state; ENV_FAILURES_BEFORE_GIVING_UP failures in a row
-end training with EnvironmentFailedError.
+(killed after `EnvironmentConfig.timeout_secs`). `EnvironmentSupervisor`,
+the one policy for both runners (the actor threads here and the cluster's
+actor tasks), then drops the unroll in flight, restarts the environment in a
+fresh process and resets the actor's state; ENV_FAILURES_BEFORE_GIVING_UP
+failures in a row end the actor with EnvironmentFailedError.
 """
 
 from __future__ import annotations
@@ -390,10 +391,10 @@ def build_actors(
     `envs_per_process` M > 1 (a divisor of envs_per_actor) an actor's
     environments run M to a process (environment_vector.py)."""
     actors = []
-    level_names = environment.level_names
     for i in range(num_actors):
-        level_name = level_names[i % len(level_names)]
-        seeds = [seed + i * envs_per_actor + k for k in range(envs_per_actor)]
+        level_name, seeds = actor_level_and_seeds(
+            environment.level_names, i, seed, envs_per_actor
+        )
         with tf.name_scope(f"actor_{i}"):
             processes, envs = actor_environments(
                 level_name, seeds, environment, envs_per_process
@@ -408,6 +409,131 @@ def build_actors(
     return actors
 
 
+def actor_level_and_seeds(
+    level_names, index: int, seed: int, envs_per_actor: int
+) -> tuple[str, list[int]]:
+    """Actor `index`'s level and its environments' seeds, for the
+    single-machine actors and the cluster's actor tasks alike: the levels
+    round-robin (actor i plays level i mod len(level_names), as the reference
+    assigns them) and environment k of actor i has seed
+    `seed + i * envs_per_actor + k`."""
+    level_name = level_names[index % len(level_names)]
+    return level_name, [
+        seed + index * envs_per_actor + k for k in range(envs_per_actor)
+    ]
+
+
+class EnvironmentSupervisor:
+    """One actor's environment processes, and the one policy for their
+    failures, used by the single-machine actor threads (ActorRunner) and the
+    cluster's actor tasks (distributed.py) alike.
+
+    When an environment process dies or its environment raises, the unroll in
+    flight is dropped (its enqueue never ran: nothing half-filled reaches the
+    learner); after ENV_RESTART_DELAY_SECS x (failures in a row) the failed
+    processes restart in fresh processes and the actor's state is reset
+    (`state_initializer`, which calls every environment's initial()). At the
+    ENV_FAILURES_BEFORE_GIVING_UP-th failure in a row without a complete
+    unroll in between (failed restarts count too), an EnvironmentFailedError
+    says what happened and `after_giving_up` what that means for the run.
+    Restarts are counted, and written to TensorBoard when `restarts` (an
+    EnvironmentRestarts of the run) is given.
+    """
+
+    def __init__(
+        self,
+        actor_index: int,
+        level_name: str,
+        processes,
+        restarts: EnvironmentRestarts | None = None,
+        after_giving_up: str = "",
+    ):
+        self.actor_index = actor_index
+        self.level_name = level_name
+        self.processes = tuple(processes)
+        self._restarts = restarts
+        self._after_giving_up = after_giving_up
+        self.failures_in_a_row = 0
+        self.environment_restarts = 0
+
+    def failed_processes(self) -> list[py_process.PyProcess]:
+        return [p for p in self.processes if not p.alive]
+
+    def is_environment_failure(self, error: Exception) -> bool:
+        """Whether `error` comes from one of these environment processes
+        (died, or its environment raised), not from the queue closing."""
+        if isinstance(error, (tf.errors.CancelledError, tf.errors.OutOfRangeError)):
+            return False
+        return bool(self.failed_processes())
+
+    def unroll_completed(self) -> None:
+        self.failures_in_a_row = 0
+
+    def recover(self, session, state_initializer, error: Exception, wait) -> bool:
+        """Restarts the failed environments and resets the actor.
+
+        `wait(seconds)` pauses before each restart and returns True when the
+        run is stopping meanwhile. Returns True once the environments run
+        again, False when the run stops first (fresh processes are then
+        closed). Raises EnvironmentFailedError at the give-up limit.
+        """
+        failed = self.failed_processes() or list(self.processes[:1])
+        cause = failure_cause(error, failed[0])
+        while True:
+            self.failures_in_a_row += 1
+            failures = self.failures_in_a_row
+            if failures >= ENV_FAILURES_BEFORE_GIVING_UP:
+                raise EnvironmentFailedError(
+                    f"the environment of actor {self.actor_index} "
+                    f"({self.level_name}) failed {failures} times in a row "
+                    f"without completing an unroll; last cause: {cause}. "
+                    f"{self._after_giving_up}Check the level name, "
+                    f"--dataset_path and the environment's installation."
+                )
+            logging.warning(
+                "Actor %d (%s): environment failed: %s. Dropped the unroll in "
+                "flight; restarting the environment in a fresh process "
+                "(failure %d in a row; training stops at %d).",
+                self.actor_index,
+                self.level_name,
+                cause,
+                failures,
+                ENV_FAILURES_BEFORE_GIVING_UP,
+            )
+            if wait(ENV_RESTART_DELAY_SECS * failures):
+                return False
+            restarted = self.failed_processes() or failed
+            try:
+                for process in restarted:
+                    process.restart()
+                session.run(state_initializer)
+            except (py_process.PyProcessError, tf.errors.OpError) as e:
+                if wait(0):
+                    return False
+                cause = failure_cause(e, (self.failed_processes() or restarted)[0])
+                continue
+            if wait(0):
+                # The run stopped meanwhile, maybe after the environments
+                # were closed: do not leave these fresh processes behind.
+                for process in restarted:
+                    process.close()
+                return False
+            self.environment_restarts += len(restarted)
+            total = self.environment_restarts
+            if self._restarts is not None:
+                for _ in restarted:
+                    total = self._restarts.record(session)
+            logging.warning(
+                "Actor %d (%s): environment restarted (pid %s); training "
+                "continues (%d environment restart(s) in this run).",
+                self.actor_index,
+                self.level_name,
+                ", ".join(str(p.pid) for p in restarted),
+                total,
+            )
+            return True
+
+
 class ActorRunner:
     """Runs one actor's enqueue op in a loop, in its own thread.
 
@@ -415,7 +541,7 @@ class ActorRunner:
     the actor's environment process dies or its environment raises, the
     unroll in flight is dropped (its enqueue never ran: nothing half-filled
     reaches the learner), the environment restarts in a fresh process and the
-    actor's state is reset (`_recover_environment`); after
+    actor's state is reset (its EnvironmentSupervisor); after
     ENV_FAILURES_BEFORE_GIVING_UP failures in a row without a complete unroll
     in between, an EnvironmentFailedError stops training. Any other error
     stops training through the coordinator (and is re-raised by the training
@@ -430,13 +556,22 @@ class ActorRunner:
     ):
         """`shutdown`: the run's ShutdownRequest (None in tests: no signals)."""
         self.actor = actor
-        self._restarts = restarts
         self._shutdown = shutdown
         self._stopping = threading.Event()
         self.thread: threading.Thread | None = None
         self.unrolls = 0
-        self.environment_restarts = 0
-        self._failures_in_a_row = 0
+        self.supervisor = EnvironmentSupervisor(
+            actor.index,
+            actor.level_name,
+            actor.env_processes,
+            restarts,
+            after_giving_up="Training stopped after saving a checkpoint (rerun "
+            "the same command to resume). ",
+        )
+
+    @property
+    def environment_restarts(self) -> int:
+        return self.supervisor.environment_restarts
 
     def start(self, session, coord: tf.train.Coordinator) -> threading.Thread:
         self.thread = threading.Thread(
@@ -459,12 +594,21 @@ class ActorRunner:
                 try:
                     session.run(self.actor.enqueue_op)
                 except tf.errors.OpError as e:
-                    if not self._environment_failed(e, coord):
+                    if self._should_end(coord):
                         raise
-                    self._recover_environment(session, coord, e)
+                    if not self.supervisor.is_environment_failure(e):
+                        raise
+                    self.supervisor.recover(
+                        session,
+                        self.actor.state_initializer,
+                        e,
+                        lambda secs: (
+                            coord.wait_for_stop(secs) or self._should_end(coord)
+                        ),
+                    )
                     continue
                 self.unrolls += 1
-                self._failures_in_a_row = 0
+                self.supervisor.unroll_completed()
         except (tf.errors.CancelledError, tf.errors.OutOfRangeError):
             pass  # The queue was closed: training is over.
         except Exception as e:  # noqa: BLE001 - reported through coord
@@ -486,89 +630,6 @@ class ActorRunner:
             or self._stopping.is_set()
             or (self._shutdown is not None and self._shutdown.requested)
         )
-
-    def _environment_failed(self, error: Exception, coord) -> bool:
-        """True when `error` comes from one of this actor's environment
-        processes (died, or its environment raised) while training goes on."""
-        if isinstance(error, (tf.errors.CancelledError, tf.errors.OutOfRangeError)):
-            return False
-        return not self._should_end(coord) and bool(self._failed_processes())
-
-    def _failed_processes(self) -> list[py_process.PyProcess]:
-        return [p for p in self.actor.env_processes if not p.alive]
-
-    def _recover_environment(self, session, coord, error: Exception) -> None:
-        """Restarts the failed environments in fresh processes and resets the
-        actor.
-
-        The actor's persistent state (environment states and outputs, agent
-        core states, last actions) is re-initialised with its
-        state_initializer, which calls every environment's `initial()`: with
-        several environments per actor, the episodes of the ones that did
-        not fail start again too. Restarts wait 1 s, 2 s, ... first (and stop
-        waiting when training stops). Raises EnvironmentFailedError on the
-        ENV_FAILURES_BEFORE_GIVING_UP-th failure in a row (failed restarts
-        count too).
-        """
-        actor = self.actor
-        failed = self._failed_processes() or list(actor.env_processes[:1])
-        cause = failure_cause(error, failed[0])
-        while True:
-            self._failures_in_a_row += 1
-            failures = self._failures_in_a_row
-            if failures >= ENV_FAILURES_BEFORE_GIVING_UP:
-                raise EnvironmentFailedError(
-                    f"the environment of actor {actor.index} ({actor.level_name}) "
-                    f"failed {failures} times in a row without completing an "
-                    f"unroll; last cause: {cause}. Training stopped after "
-                    f"saving a checkpoint (rerun the same command to resume). "
-                    f"Check the level name, --dataset_path and the environment's "
-                    f"installation."
-                )
-            logging.warning(
-                "Actor %d (%s): environment failed: %s. Dropped the unroll in "
-                "flight; restarting the environment in a fresh process "
-                "(failure %d in a row; training stops at %d).",
-                actor.index,
-                actor.level_name,
-                cause,
-                failures,
-                ENV_FAILURES_BEFORE_GIVING_UP,
-            )
-            if coord.wait_for_stop(ENV_RESTART_DELAY_SECS * failures):
-                return
-            if self._should_end(coord):
-                return
-            restarted = self._failed_processes() or failed
-            try:
-                for process in restarted:
-                    process.restart()
-                session.run(actor.state_initializer)
-            except (py_process.PyProcessError, tf.errors.OpError) as e:
-                if self._should_end(coord):
-                    return
-                cause = failure_cause(e, (self._failed_processes() or restarted)[0])
-                continue
-            if self._should_end(coord):
-                # Training stopped meanwhile, maybe after the environments
-                # were closed: do not leave these fresh processes behind.
-                for process in restarted:
-                    process.close()
-                return
-            self.environment_restarts += len(restarted)
-            total = self.environment_restarts
-            if self._restarts is not None:
-                for _ in restarted:
-                    total = self._restarts.record(session)
-            logging.warning(
-                "Actor %d (%s): environment restarted (pid %s); training "
-                "continues (%d environment restart(s) in this run).",
-                actor.index,
-                actor.level_name,
-                ", ".join(str(p.pid) for p in restarted),
-                total,
-            )
-            return
 
 
 class ActorRunnerHook(tf.compat.v1.train.SessionRunHook):

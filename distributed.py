@@ -375,16 +375,16 @@ def build_actor_task(
     """
     learner = cluster.learner_device()
     task = cluster_config.task
-    level_names = config.environment.level_names
-    level_name = level_names[task % len(level_names)]
-    num_envs = config.run.envs_per_actor
+    level_name, seeds = actors.actor_level_and_seeds(
+        config.environment.level_names,
+        task,
+        config.run.seed,
+        config.run.envs_per_actor,
+    )
     with tf.device(cluster_config.device):
         local_agent = actors.create_agent(config.agent, name=LOCAL_AGENT_NAME)
         processes, envs = actors.actor_environments(
-            level_name,
-            [config.run.seed + task * num_envs + k for k in range(num_envs)],
-            config.environment,
-            config.run.envs_per_process,
+            level_name, seeds, config.environment, config.run.envs_per_process
         )
         # [K, ...]: one unroll per environment.
         output, state_initializer = actors.build_vector_actor(
@@ -451,17 +451,26 @@ def run_actor_task(
     """
     shutdown.stop_description = ShutdownRequest.ACTOR_TASK_STOP
     task, learner_host = cluster_config.task, cluster_config.learner_host
-    level_names = config.environment.level_names
+    level_name, _ = actors.actor_level_and_seeds(
+        config.environment.level_names, task, config.run.seed, 1
+    )
     logging.info(
         "Actor task %d at %s: playing %s for the learner at %s.",
         task,
         cluster_config.address,
-        level_names[task % len(level_names)],
+        level_name,
         learner_host,
     )
     with tf.Graph().as_default():
         tf.compat.v1.set_random_seed(config.run.seed + task)
         ops, processes = build_actor_task(cluster_config, config)
+        supervisor = actors.EnvironmentSupervisor(
+            task,
+            level_name,
+            processes,
+            after_giving_up="This actor task stopped; the learner and the other "
+            "actors go on (start the task again to rejoin). ",
+        )
         # Short waits, so that a signal is noticed while the learner is down.
         creator = cluster.worker_session_creator(
             cluster_config,
@@ -487,7 +496,7 @@ def run_actor_task(
                     break
                 finished = False
                 try:
-                    _act(session, ops, processes, cluster_config, shutdown)
+                    _act(session, ops, supervisor, cluster_config, shutdown)
                 except TrainingFinished:
                     finished = True
                     logging.info(
@@ -611,20 +620,22 @@ def _remote_run(session, fetches, what: str, timeout_ms: int = REMOTE_CALL_TIMEO
 def _act(
     session,
     ops: ActorTaskOps,
-    processes: tuple[py_process.PyProcess, ...],
+    supervisor: actors.EnvironmentSupervisor,
     config: cluster.ClusterConfig,
     shutdown: ShutdownRequest,
 ) -> None:
     """Unrolls and enqueues until the learner finishes or goes away.
 
     Raises TrainingFinished or LearnerLostError; returns on SIGINT/SIGTERM.
-    A failure of this task's own environment restarts it; other errors
+    A failure of this task's own environments is the supervisor's to handle
+    (restart, or EnvironmentFailedError at its limit); other errors
     propagate.
     """
+    processes = supervisor.processes
     unrolls, last_log, last_unrolls = 0, time.monotonic(), 0
     while not shutdown.requested:
         _remote_run(session, ops.sync_weights, "copying the learner's weights")
-        values = _unroll(session, ops, processes, config.task, shutdown)
+        values = _unroll(session, ops, supervisor, shutdown)
         if values is None or not _send_unroll(session, ops, values, config, shutdown):
             return
         unrolls += len(processes)
@@ -648,35 +659,30 @@ def _act(
 def _unroll(
     session,
     ops: ActorTaskOps,
-    processes: tuple[py_process.PyProcess, ...],
-    task: int,
+    supervisor: actors.EnvironmentSupervisor,
     shutdown: ShutdownRequest,
 ):
-    """Runs one unroll of each environment (all on this task); restarts the
-    dead ones (and resets all of them).
+    """One unroll of each of this task's environments. A failed environment
+    is restarted by the supervisor (as on a single machine: back-off, give-up
+    limit) and the unroll run again.
 
     Returns None when a signal stops the task (a SIGTERM to the process group
     also ends the environment processes: no restart then).
     """
-    try:
-        return session.run(ops.output)
-    except tf.errors.OpError as e:
-        if shutdown.requested:
-            return None
-        dead = [p for p in processes if not p.alive]
-        if not dead:
-            raise
-        logging.warning(
-            "Actor %d: %d of its environment processes died (%s); restarting %s.",
-            task,
-            len(dead),
-            first_line(e),
-            "it" if len(dead) == 1 else "them",
-        )
-    for process in dead:
-        process.restart()
-    session.run(ops.state_initializer)
-    return session.run(ops.output)
+    while not shutdown.requested:
+        try:
+            values = session.run(ops.output)
+        except tf.errors.OpError as e:
+            if shutdown.requested:
+                return None
+            if not supervisor.is_environment_failure(e):
+                raise
+            if not supervisor.recover(session, ops.state_initializer, e, shutdown.wait):
+                return None
+            continue
+        supervisor.unroll_completed()
+        return values
+    return None
 
 
 def _send_unroll(

@@ -1001,26 +1001,66 @@ class _Proxy:
         return build
 
 
-def start_all(processes: list[PyProcess]) -> None:
-    """Starts processes in parallel: launches every child, then waits for each.
+# A child killed by a signal while its constructor runs (the OOM killer, an
+# operator's kill) is started again this many times, after 1 s, then 2 s: it
+# is a crash like one in the middle of a run. A constructor that raises, or a
+# child that exits with a code of its own, fails at once.
+START_RETRIES_AFTER_A_SIGNAL = 2
+START_RETRY_DELAY_SECS = 1.0
 
-    The children run their constructors at the same time. If any fails, all of
-    `processes` are closed and the first error is raised (the others are logged).
-    """
-    processes = list(processes)
-    errors: list[PyProcessError] = []
+
+def _killed_by_signal(error: PyProcessError) -> bool:
+    return (
+        isinstance(error, PyProcessDiedError)
+        and error.exitcode is not None
+        and error.exitcode < 0
+    )
+
+
+def _start_in_parallel(
+    processes: list[PyProcess],
+) -> list[tuple[PyProcess, PyProcessError]]:
+    """Launches every child, then waits for each; the ones that failed."""
+    failed: list[tuple[PyProcess, PyProcessError]] = []
     launched = []
     for process in processes:
         try:
             launched.append((process, process._launch()))
         except PyProcessError as e:
-            errors.append(e)
+            failed.append((process, e))
     for process, child in launched:
         try:
             process._wait_started(child)
         except PyProcessError as e:
-            errors.append(e)
-    if errors:
+            failed.append((process, e))
+    return failed
+
+
+def start_all(processes: list[PyProcess]) -> None:
+    """Starts processes in parallel: launches every child, then waits for each.
+
+    The children run their constructors at the same time. A child killed by
+    a signal while it constructs is started again (up to
+    START_RETRIES_AFTER_A_SIGNAL times, after 1 s, 2 s, ...). If any fails
+    otherwise, or keeps being killed, all of `processes` are closed and the
+    first error is raised (the others are logged).
+    """
+    processes = list(processes)
+    failed = _start_in_parallel(processes)
+    for attempt in range(1, START_RETRIES_AFTER_A_SIGNAL + 1):
+        if not failed or not all(_killed_by_signal(e) for _, e in failed):
+            break
+        for _, error in failed:
+            _log.warning(
+                "%s; starting it again in a fresh process (retry %d of %d).",
+                error,
+                attempt,
+                START_RETRIES_AFTER_A_SIGNAL,
+            )
+        time.sleep(START_RETRY_DELAY_SECS * attempt)
+        failed = _start_in_parallel([process for process, _ in failed])
+    if failed:
+        errors = [error for _, error in failed]
         for error in errors[1:]:
             _log.error("Another PyProcess failed to start too: %s", error)
         close_all(processes)

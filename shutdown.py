@@ -49,12 +49,20 @@ class ShutdownRequest:
     def __init__(self):
         self.signum: int | None = None
         self._lock = threading.Lock()
+        self._requested = threading.Event()
         # What the first signal does, for the log line (actor tasks differ).
         self.stop_description = self.LEARNER_STOP
 
     @property
     def requested(self) -> bool:
         return self.signum is not None
+
+    def wait(self, seconds: float) -> bool:
+        """Waits up to `seconds` (0: not at all); True once a stop is
+        requested (a signal arrived before or meanwhile)."""
+        if seconds > 0:
+            self._requested.wait(seconds)
+        return self.requested
 
     @property
     def exit_code(self) -> int:
@@ -66,6 +74,7 @@ class ShutdownRequest:
             first = self.signum is None
             if first:
                 self.signum = signum
+                self._requested.set()
         name = signal.Signals(signum).name
         if first:
             logging.warning("Received %s: %s.", name, self.stop_description)

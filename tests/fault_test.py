@@ -698,6 +698,77 @@ def test_actor_gives_up_after_repeated_failures(monkeypatch):
     assert process.restarts == 2  # Failure 1, failed restart 2, failed restart 3.
 
 
+class FakeUnrollSession:
+    """Runs a cluster actor task's 'output' op by calling `unroll()`."""
+
+    def __init__(self, unroll):
+        self.unroll = unroll
+        self.ran = []
+
+    def run(self, op):
+        self.ran.append(op)
+        if op == "output":
+            return self.unroll()
+        return None
+
+
+def cluster_actor_unroll(failures: int, monkeypatch):
+    """A cluster actor task's `_unroll` over a FakeEnvProcess whose
+    environment dies `failures` times in a row before an unroll completes;
+    returns (what _unroll returned or raised, the process, the session)."""
+    import distributed
+
+    monkeypatch.setattr(actors, "ENV_RESTART_DELAY_SECS", 0.01)
+    process = FakeEnvProcess(restarts_fail=False)
+    supervisor = actors.EnvironmentSupervisor(
+        0, "atari/pong", (process,), after_giving_up="This actor task stopped. "
+    )
+    ops = distributed.ActorTaskOps(
+        sync_weights=None,
+        output="output",
+        state_initializer="reset_actor",
+        placeholders=None,
+        enqueue=None,
+        training_done=None,
+        confirm_finished=None,
+        uninitialized=None,
+    )
+    calls = []
+
+    def unroll():
+        calls.append(1)
+        if len(calls) <= failures:
+            dies(process)
+        return "unroll"
+
+    session = FakeUnrollSession(unroll)
+    try:
+        result = distributed._unroll(session, ops, supervisor, ShutdownRequest())
+    except errors.EnvironmentFailedError as e:
+        result = e
+    return result, process, session, supervisor
+
+
+def test_a_cluster_actor_task_survives_two_environment_failures(monkeypatch):
+    """The cluster actor task restarts its environment as the single-machine
+    actor does (the same EnvironmentSupervisor): two failures in a row, each
+    restarted after its back-off, then the unroll goes through."""
+    result, process, session, supervisor = cluster_actor_unroll(2, monkeypatch)
+    assert result == "unroll"
+    assert process.restarts == supervisor.environment_restarts == 2
+    assert session.ran.count("reset_actor") == 2
+    assert supervisor.failures_in_a_row == 0  # the unroll completed
+
+
+def test_a_cluster_actor_task_gives_up_at_the_third_failure_in_a_row(monkeypatch):
+    result, process, _, _ = cluster_actor_unroll(3, monkeypatch)
+    assert isinstance(result, errors.EnvironmentFailedError)
+    message = str(result)
+    assert "actor 0 (atari/pong) failed 3 times in a row" in message
+    assert "This actor task stopped." in message
+    assert process.restarts == 2
+
+
 def test_shutdown_request_is_noticed_by_its_watcher_thread():
     shutdown = ShutdownRequest()
     previous = signal.getsignal(signal.SIGTERM)

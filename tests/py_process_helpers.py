@@ -196,3 +196,21 @@ class ScriptedEnvironment:
         from environment_specs import environment_tensor_specs
 
         return environment_tensor_specs(method_name, [2, 2, 1])
+
+
+class SlowToStart:
+    """Its constructor waits until the file `go` exists (so that a test can
+    kill the child while it is constructing, whenever it likes), then works
+    like a small environment: `ping()` returns its pid."""
+
+    def __init__(self, go: str, started: str):
+        with open(started, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        while not os.path.exists(go):
+            time.sleep(0.01)
+
+    def ping(self) -> int:
+        return os.getpid()
+
+    def close(self) -> None:
+        pass

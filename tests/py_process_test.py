@@ -621,3 +621,81 @@ def test_parent_killed_leaves_no_orphans(tmp_path):
     finally:
         parent.kill()
         parent.wait()
+
+
+# -- a child killed while it constructs ---------------------------------------------
+
+
+def _kill_while_constructing(tmp_path, kills: int, monkeypatch):
+    """start_all over a SlowToStart child, SIGKILLed `kills` times while its
+    constructor waits; then the constructor may finish. Returns (the error
+    start_all raised or None, the process, the pids that were started)."""
+    monkeypatch.setattr(py_process, "START_RETRY_DELAY_SECS", 0.01)
+    go, started = str(tmp_path / "go"), str(tmp_path / "started")
+    process = PyProcess(helpers.SlowToStart, go=go, started=started)
+
+    def started_pids() -> list[int]:
+        if not os.path.exists(started):
+            return []
+        with open(started) as f:
+            return [int(line) for line in f if line.strip()]
+
+    def killer() -> None:
+        for n in range(1, kills + 1):
+            deadline = time.monotonic() + 60
+            while len(started_pids()) < n and time.monotonic() < deadline:
+                time.sleep(0.01)
+            os.kill(started_pids()[n - 1], signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while len(started_pids()) < kills + 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        open(go, "w").close()
+
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    error = None
+    try:
+        py_process.start_all([process])
+    except py_process.PyProcessError as e:
+        error = e
+    thread.join(timeout=60)
+    return error, process, started_pids()
+
+
+def test_a_child_killed_while_constructing_is_started_again(tmp_path, monkeypatch):
+    """A signal during construction (the OOM killer, say) is a crash like one
+    in the middle of a run: the child starts again in a fresh process."""
+    error, process, pids = _kill_while_constructing(tmp_path, 2, monkeypatch)
+    try:
+        assert error is None
+        assert len(pids) == 3 and process.proxy is not None
+        assert process.alive and process.pid == pids[-1]
+        assert process._call("ping", (), {}) == pids[-1]
+    finally:
+        process.close()
+
+
+def test_a_child_killed_at_every_start_fails_after_the_retries(tmp_path, monkeypatch):
+    kills = py_process.START_RETRIES_AFTER_A_SIGNAL + 1
+    error, process, pids = _kill_while_constructing(tmp_path, kills, monkeypatch)
+    process.close()
+    assert isinstance(error, py_process.PyProcessDiedError)
+    assert "killed by signal SIGKILL" in str(error)
+    assert len(pids) >= kills
+
+
+def test_a_constructor_that_raises_is_not_started_again(monkeypatch):
+    """A bad level (the constructor raises) fails at once: no retry."""
+    monkeypatch.setattr(py_process, "START_RETRY_DELAY_SECS", 0.01)
+    launches = []
+    original = PyProcess._launch_locked
+
+    def counting(self):
+        launches.append(1)
+        return original(self)
+
+    monkeypatch.setattr(PyProcess, "_launch_locked", counting)
+    process = PyProcess(helpers.FailingConstructor, level="no_such_level")
+    with pytest.raises(py_process.PyProcessRemoteError):
+        py_process.start_all([process])
+    assert len(launches) == 1
