@@ -36,6 +36,7 @@ README = REPO / "README.md"
 DOCS = REPO / "docs"
 FLAGS_PAGE = DOCS / "flags.md"
 MAX_README_LINES = 300
+FLAGFILES = REPO / "flagfiles"
 DOCKERFILE = REPO / "Dockerfile"
 CI_RUN = REPO / ".ci" / "run"
 REQUIREMENTS = REPO / "requirements.txt"
@@ -372,6 +373,50 @@ def test_every_flag_experiment_py_defines_is_documented():
     assert not missing, (
         f"experiment.py flags missing from docs/flags.md's tables: {missing}"
     )
+
+
+# --------------------------------------------------------------------------
+# Flag files: the tested command lines
+
+_VALIDATE_FLAGFILE = """
+import sys
+import experiment
+f = experiment.parse_flags(["experiment.py", "--flagfile=" + sys.argv[1]])
+experiment.validate_flags(f)
+print("VALID", f.level_name, f.agent)
+"""
+
+
+def _flagfile_names() -> set[str]:
+    return {path.name for path in FLAGFILES.glob("*.cfg")}
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in FLAGFILES.glob("*.cfg")))
+def test_every_flag_file_parses_and_validates(name):
+    path = FLAGFILES / name
+    flags = re.findall(r"^--(\w+)", _read(path), flags=re.M)
+    assert flags, f"{name} sets no flag"
+    accepted = _accepted_flags("experiment.py")
+    assert not [f for f in flags if not _is_accepted(f, accepted)], flags
+    result = subprocess.run(
+        [sys.executable, "-c", _VALIDATE_FLAGFILE, str(path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=IMPORT_TIMEOUT_S,
+    )
+    assert result.returncode == 0 and "VALID" in result.stdout, result.stderr[-2000:]
+
+
+def test_docs_use_the_flag_files_that_exist_and_every_one_is_documented():
+    text = " ".join(_read(page) for page in _doc_pages())
+    used = set(re.findall(r"--flagfile=flagfiles/([\w.-]+)", text))
+    assert used, "no command line in README or docs/ uses a flag file"
+    assert used <= _flagfile_names(), used - _flagfile_names()
+    assert _flagfile_names() <= used, _flagfile_names() - used
+    readme = _read(README)
+    assert "--flagfile=flagfiles/pong_deep.cfg" in readme
+    assert "--flagfile=flagfiles/pong_shallow.cfg" in readme
 
 
 # --------------------------------------------------------------------------
