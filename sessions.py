@@ -44,7 +44,7 @@ def session_config(
         # The actors' many small kernels (one-step inference on batches of
         # 1-8) run faster on one thread each, and the actors and the learner
         # keep all cores busy between them: splitting every kernel over the
-        # intra-op pool cost more than it saved (BENCHMARKS.md, "Profile").
+        # intra-op pool cost more than it saved (BENCHMARKS.md, "Figures from the code").
         config.intra_op_parallelism_threads = 1
     if num_environments and "TF_NUM_INTEROP_THREADS" not in os.environ:
         # An environment step is a py_func that holds an inter-op thread

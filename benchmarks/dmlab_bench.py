@@ -1,4 +1,4 @@
-"""DeepMind Lab: the raw ceiling, training frames/s and memory (issue 14).
+"""DeepMind Lab: the raw ceiling, training frames/s and memory.
 
 In one invocation, on explore_goal_locations_small (96x72, software
 renderer, 4 action repeats):

@@ -1,5 +1,5 @@
 """The random policy's episode return on a DeepMind Lab level: the baseline
-for learning curves (issue 14).
+for learning curves.
 
 Plays --episodes whole episodes with uniformly random actions from the
 agent's 9 actions, through the training environment class (96x72, 4 action

@@ -1,4 +1,4 @@
-"""The learner alone: steps/s and frames/s it can consume, no actors (issue 9).
+"""The learner alone: steps/s and frames/s it can consume, no actors.
 
 Builds the learner in-process from config objects, exactly as training does
 (`pipeline.build_learner_pipeline`: dequeue_many `batch_size` unrolls,

@@ -1,4 +1,4 @@
-"""Peak resident memory of single-machine training (issue 9).
+"""Peak resident memory of single-machine training.
 
 Runs experiment.py (through common.run_experiment: a child process, its own
 `main`) on atari/pong at num_actors 4 and 16, batch 8, unroll 20, for each

@@ -1,4 +1,4 @@
-"""Single-machine training throughput against the raw-ALE ceiling (issue 9).
+"""Single-machine training throughput against the raw-ALE ceiling.
 
 Runs experiment.py (its own `main`, in a child process per configuration; see
 common.run_experiment) on atari/pong and reports environment frames/s over a
@@ -69,7 +69,9 @@ RESULTS_DIR = os.path.join(common.REPO, "benchmarks", "results")
 PLOTS_DIR = os.path.join(common.REPO, "benchmarks", "plots")
 FRAMES_PER_AGENT_STEP = 4
 
-MONOBEAST_LSTM_STEPS = 150  # agent steps/s, given in issue 9 (not measured here)
+MONOBEAST_LSTM_STEPS = (
+    150  # agent steps/s, given for this machine size (not measured here)
+)
 MONOBEAST_FF_STEPS = 610
 
 
@@ -140,7 +142,7 @@ PARTS = {
 
 
 def _vector_configs() -> list[dict]:
-    """Environments per actor (issue 15): K = 1 (dynamic batching on, the
+    """Environments per actor: K = 1 (dynamic batching on, the
     configuration before/after comparisons use) against K = 2 and 4."""
     configs = []
     for agent, actors, unroll, ks in (
@@ -176,10 +178,10 @@ def _grid_with_k(agent: str, actors, k: int) -> list[dict]:
     ]
 
 
-# envs_per_actor > 1 is new in issue 15: those configurations run on the
-# current code only (a baseline from before has no such flag).
+# envs_per_actor > 1: those configurations run on the current code only (a
+# baseline from before --envs_per_actor has no such flag).
 PARTS["vector"] = _vector_configs()
-# The issue-15 table (run it with --baseline_code: the one-environment rows
+# Environments per actor (run it with --baseline_code: the one-environment rows
 # also run on the code before): shallow 1-16 actors and deep 4 and 16
 # actors, one environment per actor (batching on) and K environments per
 # actor; then MonoBeast's settings (4 actors, unroll 80).
@@ -203,8 +205,8 @@ def _shared(agent: str, actors: int, k: int, m: int, unroll: int = 20) -> dict:
     return config
 
 
-# Several environments in one process (--envs_per_process, issue 15, second
-# round): the best configurations of grid15 with M = 1 (on both codes, with
+# Several environments in one process (--envs_per_process): the best
+# configurations of grid15 with M = 1 (on both codes, with
 # --baseline_code) against M = 2, 4 and 8 (the current code only).
 PARTS["shared15"] = [
     _shared("shallow", 8, 1, 1),
@@ -233,9 +235,9 @@ def _bfloat16(config: dict) -> dict:
     return dict(config, torso_dtype="bfloat16")
 
 
-# The torso's convolutions in bfloat16 (--torso_dtype, issue 15, third
-# round): the deep agent at the issue's 8 actors (one environment each on
-# the code the issue measured, --baseline_code=git:be5f506, and here), then
+# The torso's convolutions in bfloat16 (--torso_dtype): the deep agent at 8
+# actors (one environment each, on a baseline code given with
+# --baseline_code and on this one), then
 # the best environment layouts in float32 and bfloat16, and the shallow
 # agent's best layout both ways.
 PARTS["bf16"] = [
@@ -697,7 +699,7 @@ def plot_shared15(result: dict, out: str, targets=None, title=None) -> None:
     ys = range(len(labels))
     axes[0].barh(ys, fractions, color=colors)
     for (fraction, name), ls in zip(
-        targets or [(0.30, "issue 15 target: 30 %")], ("--", ":"), strict=False
+        targets or [(0.30, "target: 30 %")], ("--", ":"), strict=False
     ):
         axes[0].axvline(fraction, color="tab:red", ls=ls, lw=1, label=name)
     axes[0].set_xlabel(f"fraction of the raw-ALE ceiling ({ceiling:,.0f} frames/s)")
