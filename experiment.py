@@ -36,6 +36,7 @@ import actors  # noqa: E402
 import agent as agent_lib  # noqa: E402
 import checkpoints  # noqa: E402
 import cluster  # noqa: E402
+import cpu_features  # noqa: E402
 import distributed  # noqa: E402
 import environments  # noqa: E402
 import evaluation  # noqa: E402
@@ -311,6 +312,10 @@ def config_from_flags(f: flags.FlagValues) -> Config:
             f"are for families that allow it, such as Atari)."
         )
     num_actions = environments.num_actions(level_names)
+    if warning := cpu_features.bfloat16_warning(
+        f.torso_dtype, cpu_features.cpu_flags()
+    ):
+        logging.warning(warning)
     options = family.options({name: f[name].value for name in family.option_flags})
     torso, use_lstm = agent_settings(f)
     return Config(
