@@ -36,7 +36,6 @@ parent-death signal), so no task outlives it.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import shlex
 import signal
@@ -47,6 +46,7 @@ from collections.abc import Sequence
 
 from absl import app, flags
 
+import child_process
 import cluster
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -174,29 +174,6 @@ def _parse_flags(argv: list[str]) -> list[str]:
     return [argv[0], *forwarded]
 
 
-def _parent_death_signal_setter():
-    """A preexec_fn that makes the child get SIGTERM when launch.py dies.
-
-    Linux only (prctl PR_SET_PDEATHSIG); None elsewhere. libc is loaded here,
-    in the parent, so the child only makes the call.
-    """
-    if sys.platform != "linux":
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-    pr_set_pdeathsig = 1
-
-    def preexec() -> None:
-        prctl(pr_set_pdeathsig, int(signal.SIGTERM))
-        if os.getppid() != parent:  # launch.py died before prctl took effect.
-            os._exit(1)
-
-    return preexec
-
-
 def _live_groups(pgids: list[int]) -> set[int]:
     """The process groups among `pgids` that still have a non-zombie member."""
     live = set()
@@ -309,7 +286,10 @@ class Launcher:
                 stderr=subprocess.STDOUT,
                 env=env,
                 start_new_session=True,
-                preexec_fn=_parent_death_signal_setter(),
+                # SIGTERM to the task when launch.py dies (Linux).
+                preexec_fn=child_process.parent_death_signal_setter(
+                    signal.SIGTERM, os.getpid()
+                ),
             )
         except OSError as e:
             raise ValueError(

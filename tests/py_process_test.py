@@ -18,6 +18,7 @@ import py_process_helpers as helpers
 import pytest
 import tensorflow as tf
 
+import child_process
 import py_process
 from py_process import PyProcess, PyProcessHook
 
@@ -66,7 +67,7 @@ def wait_until(predicate, timeout=10.0):
 @pytest.fixture(autouse=True)
 def close_leftovers():
     yield
-    py_process.close_all(list(py_process._REGISTRY))
+    py_process.close_all(list(child_process._REGISTRY))
 
 
 @pytest.fixture
@@ -272,8 +273,8 @@ def test_close_after_errors(graph):
 
 
 def test_close_escalates_when_the_child_does_not_exit(graph, monkeypatch):
-    monkeypatch.setattr(py_process, "_CLOSE_TIMEOUT_S", 0.5)
-    monkeypatch.setattr(py_process, "_TERMINATE_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(child_process, "_CLOSE_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(child_process, "_TERMINATE_TIMEOUT_S", 0.5)
     process = PyProcess(helpers.StubbornClose)
     bounded(process.start)
     start = time.monotonic()
@@ -425,7 +426,7 @@ def test_restart_after_sigkill_gives_working_calls_again(graph):
 
 
 def test_close_while_a_call_hangs_kills_the_child(graph, monkeypatch):
-    monkeypatch.setattr(py_process, "_CLOSE_WAIT_FOR_CALL_S", 0.5)
+    monkeypatch.setattr(child_process, "_CLOSE_WAIT_FOR_CALL_S", 0.5)
     process = PyProcess(helpers.Calculator)
     sleep = process.proxy.sleep(60.0)
     bounded(process.start)
@@ -630,7 +631,7 @@ def _kill_while_constructing(tmp_path, kills: int, monkeypatch):
     """start_all over a SlowToStart child, SIGKILLed `kills` times while its
     constructor waits; then the constructor may finish. Returns (the error
     start_all raised or None, the process, the pids that were started)."""
-    monkeypatch.setattr(py_process, "START_RETRY_DELAY_SECS", 0.01)
+    monkeypatch.setattr(child_process, "START_RETRY_DELAY_SECS", 0.01)
     go, started = str(tmp_path / "go"), str(tmp_path / "started")
     process = PyProcess(helpers.SlowToStart, go=go, started=started)
 
@@ -676,7 +677,7 @@ def test_a_child_killed_while_constructing_is_started_again(tmp_path, monkeypatc
 
 
 def test_a_child_killed_at_every_start_fails_after_the_retries(tmp_path, monkeypatch):
-    kills = py_process.START_RETRIES_AFTER_A_SIGNAL + 1
+    kills = child_process.START_RETRIES_AFTER_A_SIGNAL + 1
     error, process, pids = _kill_while_constructing(tmp_path, kills, monkeypatch)
     process.close()
     assert isinstance(error, py_process.PyProcessDiedError)
@@ -686,7 +687,7 @@ def test_a_child_killed_at_every_start_fails_after_the_retries(tmp_path, monkeyp
 
 def test_a_constructor_that_raises_is_not_started_again(monkeypatch):
     """A bad level (the constructor raises) fails at once: no retry."""
-    monkeypatch.setattr(py_process, "START_RETRY_DELAY_SECS", 0.01)
+    monkeypatch.setattr(child_process, "START_RETRY_DELAY_SECS", 0.01)
     launches = []
     original = PyProcess._launch_locked
 
