@@ -1,4 +1,5 @@
-"""Cluster addresses, TensorFlow servers and fast session start-up for IMPALA.
+"""Cluster addresses for IMPALA: flags, TF_CONFIG, devices and ports
+(TensorFlow-free; the servers and sessions are cluster_runtime.py).
 
 A distributed run has one learner task and N actor tasks, as TensorFlow jobs
 `learner` (one task) and `actor` (tasks 0..N-1). The queue and the global
@@ -33,15 +34,15 @@ Typical use in a task (experiment.py and distributed.py):
     config = cluster.resolve_cluster(learner_host, actor_hosts, num_actors,
                                      job_name, task)   # the flags' values
     if config is not None:
-        server = cluster.start_server(config)
-        session_config = cluster.server_config(config)
+        server = cluster_runtime.start_server(config)
+        session_config = cluster_runtime.server_config(config)
         # Graph: queue and global variables under tf.device(learner_device()),
         # the actor's unroll under tf.device(config.device).
         if config.is_learner:   # chief
             MonitoredTrainingSession(master=server.target, is_chief=True,
                                      config=session_config, ...)
         else:
-            MonitoredSession(session_creator=cluster.worker_session_creator(
+            MonitoredSession(session_creator=cluster_runtime.worker_session_creator(
                 config, server, scaffold), hooks=...)
 
 Security: a TensorFlow server runs any graph sent to it and listens on all
@@ -85,7 +86,7 @@ _SOURCE_TF_CONFIG = "TF_CONFIG"  # Jobs named learner/actor.
 _SOURCE_TF_CONFIG_TFJOB = "TF_CONFIG chief/worker"  # Kubeflow TFJob names.
 
 
-def _from_tf_config(source: str) -> bool:
+def from_tf_config(source: str) -> bool:
     return source.startswith(_SOURCE_TF_CONFIG)
 
 
@@ -147,9 +148,9 @@ class PortInUseError(RuntimeError):
 # Address parsing and validation.
 
 
-def _describe(source: str, job: str, task: int | None = None) -> str:
+def describe_setting(source: str, job: str, task: int | None = None) -> str:
     """Names the setting an address came from, for error messages."""
-    if _from_tf_config(source):
+    if from_tf_config(source):
         if source == _SOURCE_TF_CONFIG_TFJOB:
             job = {LEARNER_JOB: "chief", ACTOR_JOB: "worker"}[job]
         return f"TF_CONFIG cluster.{job}" + ("" if task is None else f"[{task}]")
@@ -301,7 +302,7 @@ def validate(config: ClusterConfig) -> ClusterConfig:
         )
     if not config.actor_hosts:
         raise ValueError(
-            f"{_describe(src, ACTOR_JOB)}: the cluster has no actor task; list "
+            f"{describe_setting(src, ACTOR_JOB)}: the cluster has no actor task; list "
             f"at least one actor address (or set --num_actors >= 1)"
         )
     seen: dict[tuple[str, int], str] = {}
@@ -309,7 +310,7 @@ def validate(config: ClusterConfig) -> ClusterConfig:
         (ACTOR_JOB, i, host) for i, host in enumerate(config.actor_hosts)
     ]
     for job, task, value in entries:
-        setting = _describe(src, job, task if _from_tf_config(src) else None)
+        setting = describe_setting(src, job, task if from_tf_config(src) else None)
         host, port = parse_host_port(value, setting)
         key = _endpoint_key(host, port)
         where = f"{job} task {task} ({value!r})"
@@ -585,19 +586,6 @@ def resolve_cluster(
     return config
 
 
-# ---------------------------------------------------------------------------
-# TensorFlow objects.
-
-
-def cluster_spec(config: ClusterConfig):
-    """tf.train.ClusterSpec with jobs 'learner' (1 task) and 'actor' (N tasks)."""
-    import tensorflow as tf
-
-    return tf.train.ClusterSpec(
-        {LEARNER_JOB: [config.learner_host], ACTOR_JOB: list(config.actor_hosts)}
-    )
-
-
 def device_filters(config: ClusterConfig) -> list[str]:
     """Devices a task's sessions may see.
 
@@ -608,23 +596,6 @@ def device_filters(config: ClusterConfig) -> list[str]:
     if config.is_learner:
         return [learner_device()]
     return [learner_device(), actor_device(config.task)]
-
-
-def server_config(config: ClusterConfig, base=None):
-    """tf.compat.v1.ConfigProto with this task's device filters.
-
-    Pass it both to `start_server` and to the session (MonitoredSession /
-    FastWorkerSessionCreator). `base` (a ConfigProto) is copied, not modified,
-    so callers can add GPU or threading options.
-    """
-    import tensorflow as tf
-
-    proto = tf.compat.v1.ConfigProto()
-    if base is not None:
-        proto.CopyFrom(base)
-    del proto.device_filters[:]
-    proto.device_filters.extend(device_filters(config))
-    return proto
 
 
 def port_in_use(port: int) -> OSError | None:
@@ -661,73 +632,23 @@ def port_in_use(port: int) -> OSError | None:
 # while a call is in flight (gRPC's default), and no more often than every 5 s,
 # so a busy learner's server never sees them as abuse. TensorFlow reads these
 # options from TF_GRPC_DEFAULT_OPTIONS when it makes its first channel.
-GRPC_KEEPALIVE_OPTIONS = "grpc.keepalive_time_ms=5000,grpc.keepalive_timeout_ms=5000"
 
 
-def start_server(config: ClusterConfig, session_config=None):
-    """Starts this task's tf.distribute.Server (listening on all interfaces).
-
-    Also turns on gRPC keepalive (GRPC_KEEPALIVE_OPTIONS) unless
-    TF_GRPC_DEFAULT_OPTIONS is set already. Raises PortInUseError, naming the
-    port and the setting it came from, when another process holds the port.
-    """
-    import tensorflow as tf
-
-    os.environ.setdefault("TF_GRPC_DEFAULT_OPTIONS", GRPC_KEEPALIVE_OPTIONS)
-    _, port = parse_host_port(config.address)
-    setting = _describe(
-        config.source,
-        config.job_name,
-        config.task if _from_tf_config(config.source) else None,
-    )
-    if _from_tf_config(config.source):
-        what = f"port {port} for {setting}"  # Names the task: cluster.actor[3].
-    else:
-        what = f"port {port} for {setting} task {config.task}"
-    if (err := port_in_use(port)) is not None:
-        raise PortInUseError(
-            f"{what} is in use: {err.strerror}; stop the process that holds it "
-            f'(`ss -ltnp "sport = :{port}"` shows it, maybe a task of an earlier '
-            f"run) or choose another port in {setting}"
-        )
-    if session_config is None:
-        session_config = server_config(config)
+def connection_error(host_port: str, timeout_secs: float = 1.0) -> OSError | None:
+    """None when a TCP connection to HOST:PORT succeeds (a task listens
+    there); the error otherwise (refused, unreachable, a name that does not
+    resolve yet, a timeout). The one TCP check of whether a task is up."""
+    host, port = parse_host_port(host_port)
     try:
-        server = tf.distribute.Server(
-            cluster_spec(config),
-            job_name=config.job_name,
-            task_index=config.task,
-            config=session_config,
-            start=True,
-        )
-    except tf.errors.UnknownError as e:
-        # The port may have been taken between the check and the bind.
-        raise PortInUseError(
-            f"{what}: the TensorFlow server could not start ({e.message}); the "
-            f"port is probably in use, choose another port in {setting}"
-        ) from e
-    logging.info(
-        "Started TensorFlow server for %s at %s (listening on all interfaces, port %d)",
-        config.device,
-        server.target,
-        port,
-    )
-    _servers.append(server)
-    return server
+        with socket.create_connection((host, port), timeout=timeout_secs):
+            return None
+    except OSError as e:
+        return e
 
 
-# The servers this process started. A tf.distribute.Server cannot be shut
-# down: it lives until the process exits (see server_started).
-_servers: list = []
-
-
-def server_started() -> bool:
-    """Whether this process runs a TensorFlow server (a cluster task)."""
-    return bool(_servers)
-
-
-# ---------------------------------------------------------------------------
-# Fast start-up of non-chief (actor) sessions.
+def reachable(host_port: str, timeout_secs: float = 1.0) -> bool:
+    """Whether a task listens at HOST:PORT (see connection_error)."""
+    return connection_error(host_port, timeout_secs) is None
 
 
 def wait_for_port(
@@ -743,15 +664,12 @@ def wait_for_port(
     TimeoutError after `timeout_secs` (None = wait forever). A name that does
     not resolve yet (DNS of a pod still starting) counts as not up.
     """
-    host, port = parse_host_port(host_port)
     start = time.monotonic()
     next_log = start + log_every_secs
     while True:
-        try:
-            with socket.create_connection((host, port), timeout=max(poll_secs, 1.0)):
-                return
-        except OSError as e:  # Refused, unreachable, DNS failure, timeout.
-            last_error = e
+        last_error = connection_error(host_port, max(poll_secs, 1.0))
+        if last_error is None:
+            return
         now = time.monotonic()
         if timeout_secs is not None and now - start >= timeout_secs:
             raise TimeoutError(
@@ -768,149 +686,6 @@ def wait_for_port(
             )
             next_log = now + log_every_secs
         time.sleep(poll_secs)
-
-
-def _not_ready(sess, op) -> str | None:
-    """Runs a report_uninitialized_variables-style op; None when ready."""
-    if op is None:
-        return None
-    names = sess.run(op)
-    if names.size == 0:
-        return None
-    shown = [n.decode() if isinstance(n, bytes) else str(n) for n in names.flat[:3]]
-    more = f" and {names.size - 3} more" if names.size > 3 else ""
-    return "uninitialised: " + ", ".join(shown) + more
-
-
-class FastWorkerSessionCreator:
-    """SessionCreator for actor tasks that connects within about a second.
-
-    The default WorkerSessionCreator polls the chief every 30 s
-    (SessionManager's fixed recovery_wait_secs), so an actor started before
-    the learner idles up to 30 s. This one first waits for the learner's port
-    to accept TCP connections (a session run cannot be bounded by a timeout
-    while TensorFlow looks for a missing task, so it must not start before the
-    learner is up), then polls the scaffold's readiness ops every `poll_secs`
-    until the learner has initialised the global variables, and runs the
-    local init op. It logs 'waiting for learner at HOST:PORT' every
-    `log_every_secs` and raises TimeoutError after `max_wait_secs` (None =
-    wait forever, what actors that outlive a learner restart want).
-
-    Use it with tf.compat.v1.train.MonitoredSession(session_creator=...);
-    call create_session inside the graph it serves (MonitoredSession does).
-    It is registered as a virtual subclass of tf.compat.v1.train.SessionCreator
-    (an ABC) when first constructed, so this module imports without
-    TensorFlow (launch.py uses it too).
-    """
-
-    def __init__(
-        self,
-        master: str,
-        learner_host: str,
-        scaffold=None,
-        config=None,
-        poll_secs: float = 0.5,
-        log_every_secs: float = 5.0,
-        max_wait_secs: float | None = None,
-    ):
-        import tensorflow as tf
-
-        tf.compat.v1.train.SessionCreator.register(FastWorkerSessionCreator)
-        parse_host_port(learner_host)  # Fail fast on a bad address.
-        self._master = master
-        self._learner_host = learner_host
-        self._scaffold = scaffold or tf.compat.v1.train.Scaffold()
-        self._config = config
-        self._poll_secs = poll_secs
-        self._log_every_secs = log_every_secs
-        self._max_wait_secs = max_wait_secs
-
-    def create_session(self):
-        import tensorflow as tf
-
-        self._scaffold.finalize()
-        graph = tf.compat.v1.get_default_graph()
-        start = time.monotonic()
-        next_log = start + self._log_every_secs
-
-        def remaining() -> float | None:
-            if self._max_wait_secs is None:
-                return None
-            return self._max_wait_secs - (time.monotonic() - start)
-
-        while True:
-            left = remaining()
-            if left is not None and left <= 0:
-                raise TimeoutError(
-                    f"no session with the learner at {self._learner_host} after "
-                    f"{self._max_wait_secs:.0f} s; check that the learner runs"
-                )
-            wait_for_port(
-                self._learner_host,
-                timeout_secs=left,
-                log_every_secs=self._log_every_secs,
-            )
-            sess = tf.compat.v1.Session(self._master, graph=graph, config=self._config)
-            try:
-                reason = _not_ready(sess, self._scaffold.ready_for_local_init_op)
-                if reason is None:
-                    if self._scaffold.local_init_op is not None:
-                        sess.run(
-                            self._scaffold.local_init_op,
-                            feed_dict=self._scaffold.local_init_feed_dict,
-                        )
-                    reason = _not_ready(sess, self._scaffold.ready_op)
-                    if reason is None:
-                        logging.info(
-                            "Connected to learner at %s after %.1f s",
-                            self._learner_host,
-                            time.monotonic() - start,
-                        )
-                        return sess
-            except (
-                tf.errors.UnavailableError,
-                tf.errors.AbortedError,
-                tf.errors.CancelledError,
-                tf.errors.DeadlineExceededError,
-            ) as e:
-                # The learner went away or restarted while we connected.
-                reason = f"{type(e).__name__}: {e.message.splitlines()[0]}"
-            except BaseException:
-                sess.close()
-                raise
-            sess.close()
-            now = time.monotonic()
-            if now >= next_log:
-                logging.info(
-                    "waiting for learner at %s to initialise the model "
-                    "(%.0f s so far; %s)",
-                    self._learner_host,
-                    now - start,
-                    reason,
-                )
-                next_log = now + self._log_every_secs
-            time.sleep(self._poll_secs)
-
-
-def worker_session_creator(
-    config: ClusterConfig,
-    server,
-    scaffold=None,
-    session_config=None,
-    **kwargs,
-) -> FastWorkerSessionCreator:
-    """A FastWorkerSessionCreator for this actor task's server and learner.
-
-    `session_config` defaults to server_config(config); `kwargs` go to
-    FastWorkerSessionCreator (poll_secs, log_every_secs, max_wait_secs).
-    """
-    return FastWorkerSessionCreator(
-        server.target,
-        config.learner_host,
-        scaffold=scaffold,
-        config=session_config if session_config is not None else server_config(config),
-        **kwargs,
-    )
 
 
 # ---------------------------------------------------------------------------

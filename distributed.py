@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import collections
 import os
-import socket
 import sys
 import threading
 import time
@@ -39,6 +38,7 @@ from absl import logging
 import actors
 import agent as agent_lib
 import cluster
+import cluster_runtime
 import pipeline
 import py_process
 import sessions
@@ -129,16 +129,6 @@ def create_cluster_state(
         training_done=variable(done_initial_value, "training_done"),
         finished_actors=variable(tf.zeros([num_actors], tf.int32), "finished_actors"),
     )
-
-
-def _reachable(host_port: str, timeout_secs: float = 1.0) -> bool:
-    """Whether a TCP connection to HOST:PORT succeeds (a task is listening)."""
-    host, port = cluster.parse_host_port(host_port)
-    try:
-        with socket.create_connection((host, port), timeout=timeout_secs):
-            return True
-    except OSError:
-        return False
 
 
 def build_learner_task(
@@ -303,7 +293,7 @@ def wait_for_actors_to_finish(
         waiting = [
             i
             for i, host in enumerate(config.actor_hosts)
-            if not confirmed[i] and _reachable(host)
+            if not confirmed[i] and cluster.reachable(host)
         ]
         if not waiting:
             logging.info(
@@ -472,7 +462,7 @@ def run_actor_task(
             "actors go on (start the task again to rejoin). ",
         )
         # Short waits, so that a signal is noticed while the learner is down.
-        creator = cluster.worker_session_creator(
+        creator = cluster_runtime.worker_session_creator(
             cluster_config,
             server,
             scaffold=tf.compat.v1.train.Scaffold(
@@ -571,7 +561,7 @@ def _why_not_ready(server, proto, ops: ActorTaskOps, learner_host: str) -> str |
     A learner that never initialises the variables this actor declares runs
     another model: say which variables, and which flags to compare.
     """
-    if not _reachable(learner_host):
+    if not cluster.reachable(learner_host):
         return None
     try:
         with tf.compat.v1.Session(server.target, config=proto) as session:

@@ -36,6 +36,7 @@ import actors  # noqa: E402
 import agent as agent_lib  # noqa: E402
 import checkpoints  # noqa: E402
 import cluster  # noqa: E402
+import cluster_runtime  # noqa: E402
 import cpu_features  # noqa: E402
 import distributed  # noqa: E402
 import environments  # noqa: E402
@@ -502,9 +503,11 @@ def run_training(
     if cluster_config is None:
         train(config, shutdown)
         return
-    proto = cluster.server_config(cluster_config, base=sessions.session_config())
+    proto = cluster_runtime.server_config(
+        cluster_config, base=sessions.session_config()
+    )
     try:
-        server = cluster.start_server(cluster_config, proto)
+        server = cluster_runtime.start_server(cluster_config, proto)
     except cluster.PortInUseError as e:
         raise FlagError(str(e)) from None
     task = (
@@ -564,7 +567,7 @@ def main(argv) -> None:
     del argv
     tf_logging.quiet_tensorflow_logging()
     code = run_mode(FLAGS)
-    if cluster.server_started():
+    if cluster_runtime.server_started():
         distributed.exit_cluster_task(code)
     if code:
         sys.exit(code)

@@ -183,12 +183,14 @@ FAMILY_MODULES = {"atari", "atari57", "dmlab", "dmlab30", "environments"}
 # What a test of a level's family looks like: a family's prefix or suite name
 # in a comparison or a startswith call.
 FAMILY_MARKERS = ("atari/", "atari57", "dmlab30", "contributed/")
-# Modules that environment processes import: they must not import TensorFlow
-# at module level (a child would pay seconds and hundreds of MiB for it).
+# Modules that must not import TensorFlow at module level: what environment
+# processes import (a child would pay seconds and hundreds of MiB for it), and
+# the pure layers (cluster addresses, CPU features) that tools use without it.
 TF_FREE_MODULES = {
     "atari",
     "atari57",
     "child_process",
+    "cluster",
     "cpu_features",
     "dmlab",
     "dmlab30",

@@ -19,6 +19,7 @@ import time
 import pytest
 
 import cluster
+import cluster_runtime
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -324,7 +325,7 @@ def test_cluster_spec_and_device_filters():
     config = cluster.cluster_from_flags(
         "l:8000", "a0:8001,a1:8002,a2:8003", 3, "actor", 1
     )
-    spec = cluster.cluster_spec(config)
+    spec = cluster_runtime.cluster_spec(config)
     assert spec.as_dict() == {
         "learner": ["l:8000"],
         "actor": ["a0:8001", "a1:8002", "a2:8003"],
@@ -333,14 +334,14 @@ def test_cluster_spec_and_device_filters():
         "/job:learner/task:0",
         "/job:actor/task:1",
     ]
-    proto = cluster.server_config(config)
+    proto = cluster_runtime.server_config(config)
     assert list(proto.device_filters) == ["/job:learner/task:0", "/job:actor/task:1"]
 
     import tensorflow as tf
 
     base = tf.compat.v1.ConfigProto(allow_soft_placement=True, device_filters=["/x"])
     learner = config._replace(job_name="learner", task=0)
-    proto = cluster.server_config(learner, base)
+    proto = cluster_runtime.server_config(learner, base)
     assert list(proto.device_filters) == ["/job:learner/task:0"]
     assert proto.allow_soft_placement
     assert list(base.device_filters) == ["/x"]  # The base is not modified.
@@ -365,7 +366,7 @@ def test_start_server_port_in_use():
             1,
         )
         with pytest.raises(cluster.PortInUseError) as info:
-            cluster.start_server(config)
+            cluster_runtime.start_server(config)
         assert str(info.value).startswith(
             f"port {port} for --actor_hosts task 1 is in use:"
         )
@@ -377,7 +378,7 @@ def test_start_server_port_in_use():
             cluster.PortInUseError,
             match=re.escape(f"port {port} for TF_CONFIG cluster.chief[0] is in use"),
         ):
-            cluster.start_server(cluster.cluster_from_tf_config(tf_config))
+            cluster_runtime.start_server(cluster.cluster_from_tf_config(tf_config))
     finally:
         sock.close()
 
@@ -386,13 +387,13 @@ def test_start_server_port_taken_after_check(monkeypatch):
     # The port can be taken between the check and TensorFlow's bind: the
     # server's own failure is reported the same way.
     sock, port = _listening_socket()
-    monkeypatch.setattr(cluster, "port_in_use", lambda port: None)
+    monkeypatch.setattr(cluster_runtime, "port_in_use", lambda port: None)
     try:
         config = cluster.cluster_from_flags(f"127.0.0.1:{port}", "", 1, "learner", 0)
         with pytest.raises(
             cluster.PortInUseError, match=f"port {port} for --learner_host"
         ):
-            cluster.start_server(config)
+            cluster_runtime.start_server(config)
     finally:
         sock.close()
 
@@ -431,7 +432,7 @@ def test_session_creator_bounded_wait_without_learner():
     (port,) = cluster.pick_free_ports(1)
     with tf.Graph().as_default():
         tf.compat.v1.get_variable("v", initializer=1.0, use_resource=True)
-        creator = cluster.FastWorkerSessionCreator(
+        creator = cluster_runtime.FastWorkerSessionCreator(
             "grpc://unused:1", f"127.0.0.1:{port}", poll_secs=0.1, max_wait_secs=1.0
         )
         assert isinstance(creator, tf.compat.v1.train.SessionCreator)
@@ -451,6 +452,7 @@ _TASK_SCRIPT = textwrap.dedent("""
     logging.set_verbosity(logging.INFO)
     import tensorflow as tf
     import cluster
+    import cluster_runtime
 
     def event(name):
         print(f'EVENT {name} {time.time():.3f}', flush=True)
@@ -463,8 +465,8 @@ _TASK_SCRIPT = textwrap.dedent("""
         time.sleep(0.02)
     config = cluster.cluster_from_flags(
         learner_host, actor_hosts, len(actor_hosts.split(',')), job, task)
-    server = cluster.start_server(config)
-    session_config = cluster.server_config(config)
+    server = cluster_runtime.start_server(config)
+    session_config = cluster_runtime.server_config(config)
     timeout = tf.compat.v1.RunOptions(timeout_in_ms=60000)
     with tf.Graph().as_default():
         with tf.device(cluster.learner_device()):
@@ -488,7 +490,7 @@ _TASK_SCRIPT = textwrap.dedent("""
                     'local', initializer=tf.constant(100 * (task + 1), tf.int64),
                     use_resource=True)
             enqueue = queue.enqueue([tf.constant(task, tf.int64), shared + local])
-            creator = cluster.worker_session_creator(
+            creator = cluster_runtime.worker_session_creator(
                 config, server, poll_secs=0.2, log_every_secs=1.0, max_wait_secs=60)
             event('create_session')
             with tf.compat.v1.train.MonitoredSession(session_creator=creator) as sess:
