@@ -2,7 +2,7 @@
 
 Every task runs experiment.py with --job_name and --task; the addresses come
 from cluster.py. The model, loss, checkpoints and logs are those of
-single-machine training (pipeline.train_learner); what differs is where
+single-machine training (learner_loop.train_learner); what differs is where
 things live and how the tasks find each other and end.
 
 Layout (`--job_name`, `--task`, addresses from cluster.resolve_cluster):
@@ -39,6 +39,7 @@ import actors
 import agent as agent_lib
 import cluster
 import cluster_runtime
+import learner_loop
 import pipeline
 import py_process
 import sessions
@@ -206,7 +207,7 @@ def run_learner_task(
                 num_env_frames,
             )
 
-        result = pipeline.train_learner(
+        result = learner_loop.train_learner(
             config,
             ops.pipeline,
             [CloseQueueOnShutdownHook(ops.close_queue, shutdown)],

@@ -13,7 +13,7 @@ own child process (py_process.py) or --envs_per_process of them to a process
 (environment_vector.py). The learner
 dequeues `batch_size` unrolls, stages them (one step of policy lag), unrolls
 the agent over them and applies one RMSProp update with the V-trace loss
-(pipeline.py, learner.py). The session is in-process: no TensorFlow server,
+(pipeline.py, learner.py, learner_loop.py). The session is in-process: no TensorFlow server,
 so no network port. Cluster tasks (--job_name, --task >= 0) are in
 distributed.py.
 """
@@ -42,6 +42,7 @@ import distributed  # noqa: E402
 import environments  # noqa: E402
 import evaluation  # noqa: E402
 import learner as learner_lib  # noqa: E402
+import learner_loop  # noqa: E402
 import pipeline  # noqa: E402
 import py_process  # noqa: E402
 import sessions  # noqa: E402
@@ -468,7 +469,7 @@ def train(config: Config, shutdown: ShutdownRequest) -> None:
             py_process.PyProcessHook(),
         ]
         num_environments = run.num_actors * run.envs_per_actor
-        result = pipeline.train_learner(
+        result = learner_loop.train_learner(
             config,
             learner_pipeline,
             hooks,

@@ -42,7 +42,7 @@ import actors
 import checkpoints
 import errors
 import learner as learner_lib
-import pipeline
+import learner_loop
 import py_process
 from shutdown import ShutdownRequest
 
@@ -578,7 +578,7 @@ def test_guard_finite_update_blocks_the_update(tmp_path):
                 with pytest.raises(
                     errors.NonFiniteUpdateError, match="at 0 environment frames"
                 ):
-                    pipeline.raise_if_non_finite(raised.value, str(tmp_path))
+                    learner_loop.raise_if_non_finite(raised.value, str(tmp_path))
 
 
 # -- in-process: giving up on an environment -------------------------------------
