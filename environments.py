@@ -1,6 +1,7 @@
 """Environments: the registry of environment families and FlowEnvironment.
 
-An environment family (Atari in atari.py, DeepMind Lab in dmlab.py) is one
+An environment family (Atari in atari.py, ViZDoom in doom.py, DeepMind Lab in
+dmlab.py) is one
 module with an `environment_specs.EnvironmentFamily`: the level names it
 accepts, its suites, its action count, its environment class for
 py_process, its options and its suite scores. This module registers the
@@ -32,6 +33,7 @@ from typing import Any
 
 import atari
 import dmlab
+import doom
 from environment_specs import (
     EnvironmentFamily,
     StepOutput,
@@ -64,6 +66,7 @@ def families() -> tuple[EnvironmentFamily, ...]:
 
 
 register(atari.FAMILY)
+register(doom.FAMILY)
 register(dmlab.FAMILY)
 
 
@@ -167,6 +170,7 @@ def _unknown_level_error(level_name: str, reason: str) -> ValueError:
     return ValueError(
         f"Unknown --level_name={level_name!r}: {reason} {suggestion} Valid: "
         "'atari/<game>' (an ale_py ROM id, e.g. atari/pong), 'atari57', "
+        "'vizdoom/<scenario>' (e.g. vizdoom/my_way_home), 'vizdoom', "
         "'dmlab30', or a DeepMind Lab level such as "
         "'explore_goal_locations_small'."
     )

@@ -130,8 +130,9 @@ flags.DEFINE_string(
 flags.DEFINE_string(
     "level_name",
     environments.DEFAULT_LEVEL,
-    "Level: a DeepMind Lab level, 'dmlab30', 'atari/<game>' or 'atari57'. The "
-    "default falls back to atari/pong when DeepMind Lab is not installed.",
+    "Level: a DeepMind Lab level, 'dmlab30', 'atari/<game>', 'atari57', "
+    "'vizdoom/<scenario>' or 'vizdoom'. The default falls back to atari/pong "
+    "when DeepMind Lab is not installed.",
 )
 flags.DEFINE_string(
     "level_cache_dir",

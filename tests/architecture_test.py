@@ -179,10 +179,10 @@ def test_the_fast_subset_keeps_most_tests_and_leaves_out_the_slow_ones():
 
 # The family modules and the registry: the only places that know which family
 # a level name belongs to.
-FAMILY_MODULES = {"atari", "atari57", "dmlab", "dmlab30", "environments"}
+FAMILY_MODULES = {"atari", "atari57", "dmlab", "dmlab30", "doom", "environments"}
 # What a test of a level's family looks like: a family's prefix or suite name
 # in a comparison or a startswith call.
-FAMILY_MARKERS = ("atari/", "atari57", "dmlab30", "contributed/")
+FAMILY_MARKERS = ("atari/", "atari57", "dmlab30", "contributed/", "vizdoom")
 # Modules that must not import TensorFlow at module level: what environment
 # processes import (a child would pay seconds and hundreds of MiB for it), and
 # the pure layers (cluster addresses, CPU features) that tools use without it.
@@ -194,6 +194,7 @@ TF_FREE_MODULES = {
     "cpu_features",
     "dmlab",
     "dmlab30",
+    "doom",
     "environment_specs",
 }
 
