@@ -1,17 +1,23 @@
-"""DeepMind Lab: the raw ceiling, training frames/s and memory.
+"""An environment family's level: the raw ceiling, training frames/s and
+memory, in one invocation, for any level of any registered family
+(DeepMind Lab, Atari, ViZDoom, ...).
 
-In one invocation, on explore_goal_locations_small (96x72, software
-renderer, 4 action repeats):
+- the ceiling: one process per core stepping the level's environment class
+  (what `environments.environment_class` gives a training actor) with
+  uniformly random actions, no agent, no TensorFlow, no pipe; measured at
+  the start and at the end;
+- training (experiment.py's own main through common.run_experiment, a
+  steady window after 8 s of warm-up): each agent at each actor layout,
+  batch 8, unroll 20, next to that ceiling, with the peak RSS (VmHWM) of the
+  learner process and of each environment process.
 
-- the ceiling: one process per core stepping `dmlab.PyProcessDmLab`
-  (the training environment class) with uniformly random actions, no agent,
-  no TensorFlow, no pipe; measured at the start and at the end;
-- training (experiment.py's own main through common.run_experiment, a steady
-  30 s window after 8 s of warm-up): the shallow and the deep agent with 2
-  and 4 actors, batch 8, unroll 20, next to that ceiling; and the peak RSS
-  (VmHWM) of the learner process and of each DeepMind Lab process.
+Layouts are ACTORSxENVS_PER_ACTORxENVS_PER_PROCESS (`8x4x4`), or just
+ACTORS (one environment each).
 
-    python3 benchmarks/dmlab_bench.py [--actors 2,4] [--agents shallow,deep]
+    python3 benchmarks/family_bench.py --level explore_goal_locations_small \\
+        --json benchmarks/results/dmlab.json
+    python3 benchmarks/family_bench.py --level vizdoom/my_way_home \\
+        --layouts 2,8,8x4x4 --json benchmarks/results/vizdoom.json
 """
 
 from __future__ import annotations
@@ -25,61 +31,69 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
-LEVEL = "explore_goal_locations_small"
-FULL_LEVEL = "contributed/dmlab30/" + LEVEL
+ACTION_REPEATS = 4
 
 
-def _dmlab_worker(level, seed, seconds, start_at, result_queue):
+def _worker(level, seed, seconds, start_at, result_queue):
     import numpy as np
 
-    import dmlab
+    import environments
 
-    config = {"width": 96, "height": 72, "datasetPath": "", "logLevel": "WARN"}
-    env = dmlab.PyProcessDmLab(level, config, 4, seed=seed)
+    env_type, kwargs = environments.environment_class(
+        level, seed, num_action_repeats=ACTION_REPEATS
+    )
+    env = env_type(**kwargs)
     env.initial()
     rng = np.random.RandomState(seed)
-    actions = rng.randint(len(dmlab.DEFAULT_ACTION_SET), size=4096)
+    actions = rng.randint(environments.num_actions([level]), size=4096)
     while time.time() < start_at:  # All workers start together.
         time.sleep(0.005)
     steps, start, cpu_start = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - start < seconds:
-        env.step(actions[steps & 4095])  # Episode ends (map compiles) count too.
+        env.step(actions[steps & 4095])  # Episode ends count too.
         steps += 1
     elapsed = time.perf_counter() - start
     cpu = time.process_time() - cpu_start
     env.close()
-    frames = steps * 4
+    frames = steps * ACTION_REPEATS
     result_queue.put((frames / elapsed, frames / cpu))
 
 
-def ceiling(seconds: float) -> dict:
+def ceiling(level: str, seconds: float) -> dict:
     return common.measure_ceiling(
-        seconds, game=FULL_LEVEL, worker=_dmlab_worker, start_delay_s=12.0
+        seconds, game=level, worker=_worker, start_delay_s=12.0
     )
+
+
+def parse_layout(text: str) -> tuple[int, int, int]:
+    """'8x4x4' -> (8, 4, 4); '8' -> (8, 1, 1); '4x4' -> (4, 4, 1)."""
+    parts = [int(p) for p in text.split("x")]
+    return tuple(parts + [1] * (3 - len(parts)))  # type: ignore[return-value]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--level", default="explore_goal_locations_small")
     parser.add_argument("--agents", default="shallow,deep")
-    parser.add_argument("--actors", default="2,4")
+    parser.add_argument("--layouts", default="2,4")
     parser.add_argument("--ceiling_s", type=float, default=20.0)
     parser.add_argument("--window_s", type=float, default=30.0)
-    parser.add_argument(
-        "--json",
-        default=os.path.join(common.REPO, "benchmarks", "results", "dmlab.json"),
-    )
+    parser.add_argument("--json", required=True, help="where the record goes")
     args = parser.parse_args()
     print(common.machine_line(), flush=True)
     common.use_code_dir(common.snapshot_repo())
-    ceilings = [ceiling(args.ceiling_s)]
+    ceilings = [ceiling(args.level, args.ceiling_s)]
     print(f"ceiling (start): {ceilings[0]}", flush=True)
     runs = []
     for agent in args.agents.split(","):
-        for actors in map(int, args.actors.split(",")):
+        for layout in args.layouts.split(","):
+            actors, per_actor, per_process = parse_layout(layout)
             flags = dict(
-                level_name=LEVEL,
+                level_name=args.level,
                 agent=agent,
                 num_actors=actors,
+                envs_per_actor=per_actor,
+                envs_per_process=per_process,
                 batch_size=8,
                 unroll_length=20,
                 level_cache_dir="",
@@ -88,7 +102,7 @@ def main() -> None:
             memory = record.get("memory", {})
             summary = {
                 "agent": agent,
-                "num_actors": actors,
+                "layout": layout,
                 "frames_per_s": record.get("frames_per_s"),
                 "cpu_total_s": record.get("cpu_total_s"),
                 "window_s": record.get("window_s"),
@@ -101,24 +115,27 @@ def main() -> None:
                 summary["log_tail"] = record.get("log_tail")
             runs.append(summary)
             print(json.dumps({k: v for k, v in summary.items() if k != "log_tail"}))
-    ceilings.append(ceiling(args.ceiling_s))
+    ceilings.append(ceiling(args.level, args.ceiling_s))
     print(f"ceiling (end): {ceilings[1]}", flush=True)
     mean_ceiling = sum(c["frames_per_s"] for c in ceilings) / 2
     with open(args.json, "w") as f:
-        json.dump({"ceilings": ceilings, "runs": runs}, f, indent=1)
+        json.dump(
+            {"level": args.level, "ceilings": ceilings, "runs": runs}, f, indent=1
+        )
     print()
     print(
-        "| agent | actors | frames/s | fraction of ceiling | frames per CPU-s | "
-        "learner peak RSS (MB) | DeepMind Lab peak RSS per process (MB) | load |"
+        "| agent | actors x envs (per process) | frames/s | fraction of ceiling | "
+        "frames per CPU-s | learner peak RSS (MB) | environment peak RSS per "
+        "process (MB) | load |"
     )
-    print("|---|---:|---:|---:|---:|---:|---|---|")
+    print("|---|---|---:|---:|---:|---:|---|---|")
     for r in runs:
         fps = r["frames_per_s"] or 0.0
         per_cpu = fps * r["window_s"] / r["cpu_total_s"] if r["cpu_total_s"] else 0
-        envs = ", ".join(f"{m:.0f}" for m in r["env_vmhwm_mb"])
+        envs = sorted({round(m) for m in r["env_vmhwm_mb"]})
         load = "-".join(f"{x:.1f}" for x in r["load"] if x is not None)
         print(
-            f"| {r['agent']} | {r['num_actors']} | {fps:.0f} | "
+            f"| {r['agent']} | {r['layout']} | {fps:.0f} | "
             f"{100 * fps / mean_ceiling:.1f} % | {per_cpu:.0f} | "
             f"{r['learner_vmhwm_mb']:.0f} | {envs} | {load} |"
         )

@@ -1,12 +1,14 @@
-"""The random policy's episode return on a DeepMind Lab level: the baseline
-for learning curves.
+"""The random policy's episode return on any level: the baseline for
+learning curves.
 
 Plays --episodes whole episodes with uniformly random actions from the
-agent's 9 actions, through the training environment class (96x72, 4 action
-repeats, the training level settings, not test mode), in this process (no
-agent, no TensorFlow). Prints each return, their mean and standard error.
+agent's action set, through the training environment class of the level's
+family (`environments.environment_class`: 4 action repeats, the training
+settings, not test mode), in this process (no agent, no TensorFlow). Prints
+each return, their mean and standard error.
 
-    python3 benchmarks/dmlab_random_policy.py [--level explore_goal_locations_small] [--episodes 8]
+    python3 benchmarks/random_policy.py --level explore_goal_locations_small --episodes 8
+    python3 benchmarks/random_policy.py --level vizdoom/defend_the_center --episodes 20
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import dmlab  # noqa: E402
+import environments  # noqa: E402
 
 
 def main() -> None:
@@ -29,14 +31,15 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", default="")
     args = parser.parse_args()
-    level = dmlab.DMLAB30_PREFIX + args.level
-    config = {"width": 96, "height": 72, "datasetPath": "", "logLevel": "WARN"}
-    env = dmlab.PyProcessDmLab(level, config, 4, seed=args.seed)
+    (level,) = environments.expand_level_names(args.level)
+    env_type, kwargs = environments.environment_class(level, args.seed)
+    env = env_type(**kwargs)
     env.initial()
+    num_actions = environments.num_actions([level])
     rng = np.random.RandomState(args.seed)
     returns, episode_return = [], 0.0
     while len(returns) < args.episodes:
-        reward, done, _ = env.step(rng.randint(len(dmlab.DEFAULT_ACTION_SET)))
+        reward, done, _ = env.step(rng.randint(num_actions))
         episode_return += float(reward)
         if done:
             returns.append(episode_return)
