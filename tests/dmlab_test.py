@@ -17,9 +17,6 @@ import glob
 import json
 import os
 import re
-import signal
-import subprocess
-import time
 
 import pytest
 from dmlab_helpers import (
@@ -32,7 +29,7 @@ from dmlab_helpers import (
     STANDIN,
     deepmind_lab,
 )
-from run_helpers import REPO_ROOT, command, one_error_line
+from run_helpers import command, one_error_line, run_and_kill_one_environment
 
 import dmlab
 import environments
@@ -177,50 +174,25 @@ def test_test_mode_on_explore_goal_locations_small(lab, trained, tmp_path):
 
 @pytest.mark.slow
 def test_a_killed_deepmind_lab_process_is_restarted(lab, tmp_path):
-    logdir = str(tmp_path / "run")
-    log_path = tmp_path / "run.log"
-    with open(log_path, "w") as log:
-        process = subprocess.Popen(
-            command(
-                *SMALL,
-                f"--level_name={LEVEL}",
-                "--num_actors=2",
-                "--batch_size=2",
-                f"--logdir={logdir}",
-                "--save_checkpoint_secs=2",
-                # Far enough past the kill for the restart (1 s pause, then a
-                # level start of a few seconds) to finish before the target.
-                "--total_environment_frames=16000",
-            ),
-            cwd=REPO_ROOT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=lab.environ(),
-        )
-    try:
-        deadline = time.time() + 180
-        while not re.search(r"Saving checkpoints for [1-9]\d* ", log_path.read_text()):
-            assert process.poll() is None and time.time() < deadline, (
-                log_path.read_text()[-3000:]
-            )
-            time.sleep(0.2)
-        children = [
-            int(p)
-            for path in glob.glob(f"/proc/{process.pid}/task/*/children")
-            for p in open(path).read().split()
-        ]
-        assert len(children) == 2, children
-        os.kill(children[0], signal.SIGKILL)
-        returncode = process.wait(timeout=180)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    output = log_path.read_text()
+    returncode, output, killed = run_and_kill_one_environment(
+        [
+            *SMALL,
+            f"--level_name={LEVEL}",
+            "--num_actors=2",
+            "--batch_size=2",
+            f"--logdir={tmp_path / 'run'}",
+            "--save_checkpoint_secs=2",
+            # Far enough past the kill for the restart (1 s pause, then a
+            # level start of a few seconds) to finish before the target.
+            "--total_environment_frames=16000",
+        ],
+        tmp_path / "run.log",
+        env=lab.environ(),
+    )
     assert returncode == 0, output[-3000:]
     assert re.search(
         rf"Actor \d \({LEVEL}\): environment failed: PyProcess "
-        rf"PyProcessDmLab \(pid {children[0]}\) died: killed by signal SIGKILL",
+        rf"PyProcessDmLab \(pid {killed}\) died: killed by signal SIGKILL",
         output,
     ), output[-3000:]
     assert "environment restarted" in output

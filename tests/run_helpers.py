@@ -78,3 +78,45 @@ def small_config(logdir: str = "/tmp/agent", **learner_overrides):
             }
         ),
     )
+
+
+def run_and_kill_one_environment(args: list[str], log_path, env=None):
+    """Runs experiment.py with `args` (two environment processes, a short
+    --save_checkpoint_secs), SIGKILLs its first environment process once a
+    checkpoint after the first update is written, and waits for the run's
+    end. Returns (exit code, the run's output, the killed pid)."""
+    import glob
+    import re
+    import signal
+    import time
+
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(
+            command(*args),
+            cwd=REPO_ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+    try:
+        deadline = time.time() + 180
+        with open(log_path) as log:
+            text = ""
+            while not re.search(r"Saving checkpoints for [1-9]\d* ", text):
+                assert process.poll() is None and time.time() < deadline, text[-3000:]
+                time.sleep(0.2)
+                text += log.read()
+        children = [
+            int(p)
+            for path in glob.glob(f"/proc/{process.pid}/task/*/children")
+            for p in open(path).read().split()
+        ]
+        assert len(children) == 2, children
+        os.kill(children[0], signal.SIGKILL)
+        returncode = process.wait(timeout=180)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    with open(log_path) as log:
+        return returncode, log.read(), children[0]

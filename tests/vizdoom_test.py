@@ -8,14 +8,11 @@ import glob
 import json
 import os
 import re
-import signal
-import subprocess
-import time
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from run_helpers import REPO_ROOT, command, one_error_line, run_experiment
+from run_helpers import one_error_line, run_and_kill_one_environment, run_experiment
 
 import doom
 import environments
@@ -153,45 +150,20 @@ def test_training_and_test_mode_end_to_end(tmp_path):
 
 @pytest.mark.slow
 def test_a_killed_vizdoom_process_is_restarted(tmp_path):
-    logdir = str(tmp_path / "run")
-    log_path = tmp_path / "run.log"
-    with open(log_path, "w") as log:
-        process = subprocess.Popen(
-            command(
-                *SMALL,
-                "--level_name=vizdoom/defend_the_center",
-                f"--logdir={logdir}",
-                "--save_checkpoint_secs=2",
-                "--total_environment_frames=12000",
-            ),
-            cwd=REPO_ROOT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        deadline = time.time() + 180
-        while not re.search(r"Saving checkpoints for [1-9]\d* ", log_path.read_text()):
-            assert process.poll() is None and time.time() < deadline, (
-                log_path.read_text()[-3000:]
-            )
-            time.sleep(0.2)
-        children = [
-            int(p)
-            for path in glob.glob(f"/proc/{process.pid}/task/*/children")
-            for p in open(path).read().split()
-        ]
-        assert len(children) == 2, children
-        os.kill(children[0], signal.SIGKILL)
-        returncode = process.wait(timeout=180)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    output = log_path.read_text()
+    returncode, output, killed = run_and_kill_one_environment(
+        [
+            *SMALL,
+            "--level_name=vizdoom/defend_the_center",
+            f"--logdir={tmp_path / 'run'}",
+            "--save_checkpoint_secs=2",
+            "--total_environment_frames=12000",
+        ],
+        tmp_path / "run.log",
+    )
     assert returncode == 0, output[-3000:]
     assert re.search(
         r"Actor \d \(vizdoom/defend_the_center\): environment failed: PyProcess "
-        rf"PyProcessVizdoom \(pid {children[0]}\) died: killed by signal SIGKILL",
+        rf"PyProcessVizdoom \(pid {killed}\) died: killed by signal SIGKILL",
         output,
     ), output[-3000:]
     assert "environment restarted" in output
