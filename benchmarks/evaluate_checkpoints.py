@@ -18,7 +18,7 @@ Each checkpoint is tested from a scratch directory holding links to its files
 only (test mode always takes a directory's newest checkpoint); the run's
 directory is only read.
 
-    python3 benchmarks/evaluate_checkpoints.py --logdir /work/runs/breakout \\
+    python3 benchmarks/evaluate_checkpoints.py --logdir /tmp/runs/breakout \\
         --level_name=atari/breakout --episodes 10 \\
         --out benchmarks/results/breakout_checkpoints.json
 """

@@ -19,8 +19,8 @@ test-mode scores of the run's checkpoints (--test_points, the JSON that
 benchmarks/evaluate_checkpoints.py writes: whole games, where training
 episodes on Atari are single lives) drawn as black markers on both panels.
 
-    python3 benchmarks/learning_curve.py --logdir /work/runs/pong_learning \\
-        --log /work/runs/pong_learning.log --out benchmarks/plots/pong_learning.png
+    python3 benchmarks/learning_curve.py --logdir /tmp/runs/pong_learning \\
+        --log /tmp/runs/pong_learning.log --out benchmarks/plots/pong_learning.png
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ which the rolling mean of the last --window episodes first reached each
 threshold.
 
     python3 benchmarks/learning_sweep.py --window 100 \\
-        --run "batch 8, eps 1e-4=/work/runs/pong_b8" \\
-        --run "batch 8, eps 0.01, 4x4 envs=/work/runs/pong_k4" \\
+        --run "batch 8, eps 1e-4=/tmp/runs/pong_b8" \\
+        --run "batch 8, eps 0.01, 4x4 envs=/tmp/runs/pong_k4" \\
         --out benchmarks/plots/pong_sweep.png
 """
 
