@@ -16,6 +16,7 @@ from absl import logging
 
 import actors
 import checkpoints
+import environments
 import progress
 import py_process
 import sessions
@@ -123,7 +124,7 @@ def test(config: Config) -> dict:
         },
     }
     if environment.is_suite:
-        scores = progress.human_normalized_scores(environment.level_name, level_returns)
+        scores = environments.suite_scores(environment.level_name, level_returns)
         results["human_normalized"] = scores
         logging.info("Human-normalised scores: %s", scores)
     path = os.path.join(run.logdir, TEST_RESULTS_FILE)

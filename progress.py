@@ -143,7 +143,7 @@ class EpisodeLogger:
                 self._suite_returns[level].append(episode_return)
         if self._suite and min(map(len, self._suite_returns.values())) >= 1:
             summary = tf.compat.v1.Summary()
-            for tag, value in human_normalized_scores(
+            for tag, value in environments.suite_scores(
                 self._suite, self._suite_returns
             ).items():
                 summary.value.add(
@@ -153,19 +153,13 @@ class EpisodeLogger:
             self._suite_returns = {name: [] for name in self._suite_returns}
 
 
-def human_normalized_scores(suite: str, level_returns) -> dict[str, float]:
-    """dmlab30: {'no_cap', 'cap_100'}; atari57: {'median', 'mean'} (the
-    suite's family computes them)."""
-    return environments.suite_scores(suite, level_returns)
-
-
 def results_table(results: dict) -> str:
     """Test mode's results (the test_results.json dict) as a text table: a row
     per level (episodes, mean return, human-normalised score where the level
     has published human and random scores), then the suite's scores."""
     rows = [("level", "episodes", "mean return", "human-normalised %")]
     for level, record in results["levels"].items():
-        score = level_human_normalized_score(level, record["returns"])
+        score = environments.level_score(level, record["returns"])
         rows.append(
             (
                 level,
@@ -186,9 +180,3 @@ def results_table(results: dict) -> str:
     for name, value in results.get("human_normalized", {}).items():
         lines.append(f"{results['level_name']} human-normalised {name}: {value:.1f} %")
     return "\n".join(lines)
-
-
-def level_human_normalized_score(level: str, returns) -> float | None:
-    """One level's human-normalised score, or None when it has no reference
-    scores (a level outside DMLab-30 and Atari-57)."""
-    return environments.level_score(level, returns)
