@@ -443,7 +443,10 @@ def run_actor_task(
     shutdown.stop_description = ShutdownRequest.ACTOR_TASK_STOP
     task, learner_host = cluster_config.task, cluster_config.learner_host
     level_name, _ = actors.actor_level_and_seeds(
-        config.environment.level_names, task, config.run.seed, 1
+        config.environment.level_names,
+        task,
+        config.run.seed,
+        config.run.envs_per_actor,
     )
     logging.info(
         "Actor task %d at %s: playing %s for the learner at %s.",
