@@ -20,10 +20,8 @@ runs a level, so this module imports without it.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import os
 import shutil
-import sys
 import tempfile
 from collections.abc import Mapping
 from typing import Any
@@ -31,7 +29,11 @@ from typing import Any
 import numpy as np
 
 import dmlab30
-from environment_specs import EnvironmentFamily, environment_tensor_specs
+from environment_specs import (
+    EnvironmentFamily,
+    environment_tensor_specs,
+    importable,
+)
 from errors import FlagError
 
 SUITE = "dmlab30"
@@ -105,12 +107,7 @@ def _deepmind_lab_missing_message(level_name: str | None = None) -> str:
 
 def deepmind_lab_available() -> bool:
     """Whether `import deepmind_lab` can work. Never raises; imports nothing."""
-    try:
-        if sys.modules.get("deepmind_lab") is not None:
-            return True
-        return importlib.util.find_spec("deepmind_lab") is not None
-    except Exception:  # a broken package must read as "not available"
-        return False
+    return importable("deepmind_lab")
 
 
 def _import_deepmind_lab(level_name: str | None = None):

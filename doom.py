@@ -48,6 +48,7 @@ from environment_specs import (
     EnvironmentFamily,
     UnknownLevelError,
     environment_tensor_specs,
+    importable,
 )
 
 PREFIX = "vizdoom/"
@@ -85,16 +86,6 @@ def _vizdoom():
     import vizdoom
 
     return vizdoom
-
-
-def available() -> bool:
-    """Whether the vizdoom package imports. Imports nothing else."""
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec("vizdoom") is not None
-    except (ImportError, ValueError):
-        return False
 
 
 def scenario_config(scenario: str) -> str:
@@ -217,7 +208,7 @@ class VizdoomFamily(EnvironmentFamily):
         return names
 
     def available(self) -> bool:
-        return available()
+        return importable("vizdoom")
 
     def not_available_message(self, level_name: str) -> str:
         return (

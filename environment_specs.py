@@ -45,6 +45,21 @@ def environment_tensor_specs(method_name: str, frame_shape):
     return None
 
 
+def importable(module_name: str) -> bool:
+    """Whether `import module_name` can work, for a family's `available()`.
+    Imports nothing and never raises: a module set to None in sys.modules
+    (how tests hide one) or a broken package reads as "not available"."""
+    import importlib.util
+    import sys
+
+    try:
+        if sys.modules.get(module_name) is not None:
+            return True
+        return importlib.util.find_spec(module_name) is not None
+    except Exception:  # noqa: BLE001 - ValueError, ImportError, a broken finder
+        return False
+
+
 class UnknownLevelError(ValueError):
     """A level name that a family owns but has no level of; the message is
     the reason (the registry adds the closest valid names)."""
