@@ -332,6 +332,7 @@ class AtariFamily(EnvironmentFamily):
 
     name = "Atari"
     suites = (SUITE,)
+    level_forms = "'atari/<game>' (an ale_py ROM id, e.g. atari/pong), 'atari57'"
 
     def owns(self, level_name: str) -> bool:
         return level_name == SUITE or level_name.startswith(LEVEL_PREFIX)

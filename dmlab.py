@@ -264,6 +264,9 @@ class DeepMindLabFamily(EnvironmentFamily):
 
     name = "DeepMind Lab"
     suites = (SUITE,)
+    level_forms = (
+        "'dmlab30' or a DeepMind Lab level such as 'explore_goal_locations_small'"
+    )
     # Any name no other family claims may be a custom level of the user's.
     catch_all = True
     # The engine is a per-process singleton: a second level in one process

@@ -185,6 +185,7 @@ class VizdoomFamily(EnvironmentFamily):
 
     name = "ViZDoom"
     suites = (SUITE,)
+    level_forms = "'vizdoom/<scenario>' (e.g. vizdoom/my_way_home), 'vizdoom'"
 
     def owns(self, level_name: str) -> bool:
         return level_name == SUITE or level_name.startswith(PREFIX)

@@ -75,6 +75,8 @@ class EnvironmentFamily:
     Class attributes:
       name: the family's name in messages ("Atari").
       suites: names that expand to several levels ("atari57").
+      level_forms: the family's level names as the error for an unknown
+        name lists them ("'atari/<game>' (...), 'atari57'"); "" for none.
       catch_all: whether the family also takes names no other family claims
         (DeepMind Lab: a user's custom levels). At most one family should.
       max_envs_per_process: how many of its environments may share one
@@ -84,6 +86,7 @@ class EnvironmentFamily:
 
     name = ""
     suites: tuple[str, ...] = ()
+    level_forms = ""
     catch_all = False
     max_envs_per_process: int | None = None
     option_flags: tuple[str, ...] = ()

@@ -167,12 +167,9 @@ def _unknown_level_error(level_name: str, reason: str) -> ValueError:
     suggestion = (
         f"Closest valid names: {', '.join(close)}." if close else "No close valid name."
     )
+    valid = ", ".join(f.level_forms for f in _FAMILIES if f.level_forms)
     return ValueError(
-        f"Unknown --level_name={level_name!r}: {reason} {suggestion} Valid: "
-        "'atari/<game>' (an ale_py ROM id, e.g. atari/pong), 'atari57', "
-        "'vizdoom/<scenario>' (e.g. vizdoom/my_way_home), 'vizdoom', "
-        "'dmlab30', or a DeepMind Lab level such as "
-        "'explore_goal_locations_small'."
+        f"Unknown --level_name={level_name!r}: {reason} {suggestion} Valid: {valid}."
     )
 
 

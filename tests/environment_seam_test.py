@@ -60,6 +60,9 @@ def test_the_registry_reports_a_familys_unknown_level_with_close_names(
     message = str(info.value)
     assert message.startswith("Unknown --level_name='toy/corridor_12': toy corridors")
     assert "toy/corridor_" in message.split("Closest valid names:")[1]
+    # The list of valid forms comes from the registered families, the toy
+    # family's included.
+    assert "'toy/corridor_<3 to 9>', 'toy2'" in message.split("Valid:")[1]
     with pytest.raises(ValueError, match="Cannot mix Toy and Atari levels"):
         environments.num_actions(["toy/corridor_3", "atari/pong"])
     with pytest.raises(ValueError, match="is a suite"):

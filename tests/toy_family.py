@@ -72,6 +72,7 @@ class ToyCorridor:
 class ToyFamily(EnvironmentFamily):
     name = "Toy"
     suites = (SUITE,)
+    level_forms = "'toy/corridor_<3 to 9>', 'toy2'"
 
     def owns(self, level_name: str) -> bool:
         return level_name == SUITE or level_name.startswith(PREFIX)
