@@ -124,16 +124,17 @@ def server_started() -> bool:
 # Fast start-up of non-chief (actor) sessions.
 
 
-def _not_ready(sess, op) -> str | None:
-    """Runs a report_uninitialized_variables-style op; None when ready."""
+def _uninitialized(sess, op) -> list[str]:
+    """The names a report_uninitialized_variables-style op returns."""
     if op is None:
-        return None
+        return []
     names = sess.run(op)
-    if names.size == 0:
-        return None
-    shown = [n.decode() if isinstance(n, bytes) else str(n) for n in names.flat[:3]]
-    more = f" and {names.size - 3} more" if names.size > 3 else ""
-    return "uninitialised: " + ", ".join(shown) + more
+    return [n.decode() if isinstance(n, bytes) else str(n) for n in names.flat]
+
+
+def _describe(names: list[str]) -> str:
+    more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+    return "uninitialised: " + ", ".join(names[:3]) + more
 
 
 class FastWorkerSessionCreator:
@@ -155,6 +156,12 @@ class FastWorkerSessionCreator:
     It is registered as a virtual subclass of tf.compat.v1.train.SessionCreator
     (an ABC) when first constructed, so this module imports without
     TensorFlow (launch.py uses it too).
+
+    It is the one place that asks "is the learner up and ready?": after a
+    failed attempt, `learner_reachable` says whether the learner's port
+    answered and `uninitialized` lists the variables the learner had not
+    initialised yet (None until a session was made), for callers that explain
+    the wait (distributed.py names the flags of another model).
     """
 
     def __init__(
@@ -178,6 +185,8 @@ class FastWorkerSessionCreator:
         self._poll_secs = poll_secs
         self._log_every_secs = log_every_secs
         self._max_wait_secs = max_wait_secs
+        self.learner_reachable = False
+        self.uninitialized: list[str] | None = None
 
     def create_session(self):
         import tensorflow as tf
@@ -199,28 +208,33 @@ class FastWorkerSessionCreator:
                     f"no session with the learner at {self._learner_host} after "
                     f"{self._max_wait_secs:.0f} s; check that the learner runs"
                 )
+            self.learner_reachable = False
+            self.uninitialized = None
             wait_for_port(
                 self._learner_host,
                 timeout_secs=left,
                 log_every_secs=self._log_every_secs,
             )
+            self.learner_reachable = True
             sess = tf.compat.v1.Session(self._master, graph=graph, config=self._config)
             try:
-                reason = _not_ready(sess, self._scaffold.ready_for_local_init_op)
-                if reason is None:
+                missing = _uninitialized(sess, self._scaffold.ready_for_local_init_op)
+                if not missing:
                     if self._scaffold.local_init_op is not None:
                         sess.run(
                             self._scaffold.local_init_op,
                             feed_dict=self._scaffold.local_init_feed_dict,
                         )
-                    reason = _not_ready(sess, self._scaffold.ready_op)
-                    if reason is None:
-                        logging.info(
-                            "Connected to learner at %s after %.1f s",
-                            self._learner_host,
-                            time.monotonic() - start,
-                        )
-                        return sess
+                    missing = _uninitialized(sess, self._scaffold.ready_op)
+                self.uninitialized = missing
+                reason = _describe(missing) if missing else None
+                if reason is None:
+                    logging.info(
+                        "Connected to learner at %s after %.1f s",
+                        self._learner_host,
+                        time.monotonic() - start,
+                    )
+                    return sess
             except (
                 tf.errors.UnavailableError,
                 tf.errors.AbortedError,

@@ -111,8 +111,6 @@ class RunConfig:
     test_num_episodes: int = 10
     # --test_video_dir: where test mode writes a GIF per level; '' = none.
     test_video_dir: str = ""
-    # --testonly_nan_reward_at_frame (tests of the NaN guard); 0 = off.
-    nan_reward_at_frame: int = 0
 
 
 @dataclasses.dataclass(frozen=True)

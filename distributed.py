@@ -150,7 +150,6 @@ def build_learner_task(
             specs,
             config.learner,
             sessions.learner_device(),
-            config.run.nan_reward_at_frame,
         )
         # The learner's local init creates the queue (with its shapes) before
         # setting `training_done`, which actors wait for: so an actor with
@@ -484,7 +483,7 @@ def run_actor_task(
                     creator,
                     cluster_config,
                     shutdown,
-                    lambda: _why_not_ready(server, proto, ops, learner_host),
+                    lambda: _why_not_ready(creator),
                 )
                 if session is None:
                     break
@@ -559,20 +558,19 @@ def _connect(creator, config, shutdown: ShutdownRequest, why_not_ready=None):
     return None
 
 
-def _why_not_ready(server, proto, ops: ActorTaskOps, learner_host: str) -> str | None:
+def _why_not_ready(creator) -> str | None:
     """Why a learner that is up is not ready for this actor; None if it is down.
 
-    A learner that never initialises the variables this actor declares runs
-    another model: say which variables, and which flags to compare.
+    Reads what the session creator saw on its last attempt (it is the one
+    place that asks the learner). A learner that never initialises the
+    variables this actor declares runs another model: say which variables,
+    and which flags to compare.
     """
-    if not cluster.reachable(learner_host):
+    if not creator.learner_reachable:
         return None
-    try:
-        with tf.compat.v1.Session(server.target, config=proto) as session:
-            missing = _remote_run(session, ops.uninitialized, "checking readiness")
-    except (LearnerLostError, tf.errors.OpError) as e:
-        return f"the learner is up but not answering: {e}"
-    model = [n.decode() for n in missing.flat if n.decode() not in ClusterState._fields]
+    if creator.uninitialized is None:
+        return "the learner is up but not answering"
+    model = [n for n in creator.uninitialized if n not in ClusterState._fields]
     total = len(tf.compat.v1.global_variables())
     if len(model) in (0, total):
         return "the learner is up and initialising its model"

@@ -52,9 +52,21 @@ __all__ = [
 _FAMILIES: list[EnvironmentFamily] = []
 
 
-def register(family: EnvironmentFamily) -> EnvironmentFamily:
+def register(
+    family: EnvironmentFamily, replace: EnvironmentFamily | None = None
+) -> EnvironmentFamily:
     """Adds a family to the registry (once; a family that claims every other
-    name, `catch_all`, is asked last). Returns it."""
+    name, `catch_all`, is asked last). Returns it.
+
+    `replace`: a registered family that `family` takes the place of, e.g. a
+    subclass of atari.AtariFamily whose environment class wraps Atari's (a
+    reward transform, a recording) for the same level names.
+    """
+    if replace is not None:
+        if replace not in _FAMILIES:
+            raise ValueError(f"cannot replace {replace.name}: it is not registered")
+        # In its place: the order of registration decides who owns a name.
+        _FAMILIES[_FAMILIES.index(replace)] = family
     if family not in _FAMILIES:
         _FAMILIES.append(family)
         _FAMILIES.sort(key=lambda f: f.catch_all)  # stable: the order of calls

@@ -176,12 +176,6 @@ flags.DEFINE_integer(
     "the first observation of a level, which DeepMind Lab may need minutes to "
     "compile) before it is taken for hung, killed and restarted; 0 = no limit.",
 )
-flags.DEFINE_integer(
-    "testonly_nan_reward_at_frame",
-    0,
-    "For tests only: from this environment frame on, the learner sees NaN "
-    "rewards (to exercise the NaN/Inf guard); 0 = off.",
-)
 
 FLAGS = flags.FLAGS
 
@@ -225,11 +219,6 @@ def validate_flags(f) -> None:
         f.environment_timeout_secs >= 0,
         "environment_timeout_secs",
         "must be >= 0 (0: wait for an environment forever).",
-    )
-    require(
-        f.testonly_nan_reward_at_frame >= 0,
-        "testonly_nan_reward_at_frame",
-        "must be >= 0 (0 turns it off).",
     )
     if f.mode == "test":
         require(f.test_num_episodes > 0, "test_num_episodes", "must be >= 1.")
@@ -333,7 +322,6 @@ def config_from_flags(f: flags.FlagValues) -> Config:
             dynamic_batching=f.dynamic_batching,
             test_num_episodes=f.test_num_episodes,
             test_video_dir=f.test_video_dir,
-            nan_reward_at_frame=f.testonly_nan_reward_at_frame,
         ),
         environment=EnvironmentConfig(
             level_name=level_name,
@@ -442,7 +430,7 @@ def train(config: Config, shutdown: ShutdownRequest) -> None:
         queue = pipeline.create_queue(specs)
         # The learner builds the agent's variables (in the main graph).
         learner_pipeline = pipeline.build_learner_pipeline(
-            agent, queue, specs, config.learner, device, run.nan_reward_at_frame
+            agent, queue, specs, config.learner, device
         )
         inference_fn, batched = actors.make_inference_fn(
             agent, device, run.dynamic_batching, run.envs_per_actor

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import collections
 
-import numpy as np
 import tensorflow as tf
 
 import agent as agent_lib
@@ -54,22 +53,18 @@ def build_learner_pipeline(
     specs,
     config: LearnerConfig,
     device: str,
-    nan_reward_at_frame: int = 0,
 ) -> LearnerPipeline:
     """Dequeue batch_size unrolls, stack them time-major, stage them, learn.
 
     The staging area holds the next batch (already on `device`) while the
     current one trains: one more step of policy lag, no wait for the copy.
     Run `stage_op` once before the first training step.
-    `nan_reward_at_frame` > 0 (tests only) feeds NaN rewards from that frame.
     """
     # One dequeue_many takes batch_size unrolls as the actors deliver them
     # (the queue holds fewer); [B, T + 1, ...] -> time-major.
     dequeued = time_major(
         tf.nest.pack_sequence_as(specs, queue.dequeue_many(config.batch_size))
     )
-    if nan_reward_at_frame:
-        dequeued = testonly_nan_rewards(dequeued, nan_reward_at_frame)
     with tf.device(device):
         flat = tf.nest.flatten(dequeued)
         area = _staging_area(flat)
@@ -113,14 +108,3 @@ def time_major(batch: ActorOutput) -> ActorOutput:
         env_outputs=tf.nest.map_structure(swap_leading_axes, batch.env_outputs),
         agent_outputs=tf.nest.map_structure(swap_leading_axes, batch.agent_outputs),
     )
-
-
-def testonly_nan_rewards(unrolls: ActorOutput, at_frame: int) -> ActorOutput:
-    """--testonly_nan_reward_at_frame: NaN rewards in the learner's batches
-    from frame `at_frame` on. Real environments never give NaN rewards; this
-    lets tests show the NaN guard at work."""
-    frames = tf.compat.v1.train.get_or_create_global_step()
-    rewards = unrolls.env_outputs.reward
-    nan = tf.fill(tf.shape(rewards), tf.constant(np.nan, rewards.dtype))
-    rewards = tf.where(frames >= at_frame, nan, rewards)
-    return unrolls._replace(env_outputs=unrolls.env_outputs._replace(reward=rewards))

@@ -75,6 +75,23 @@ def test_a_family_registered_twice_is_asked_once(with_toy_family):
     assert environments.families() == before
 
 
+def test_a_family_can_take_a_registered_familys_place(monkeypatch):
+    """register(..., replace=) puts a wrapping family where the one it
+    replaces was: it owns the same names, and the replaced one is gone."""
+    import nan_rewards
+
+    monkeypatch.setattr(environments, "_FAMILIES", list(environments.families()))
+    position = environments.families().index(atari.FAMILY)
+    environments.register(nan_rewards.FAMILY, replace=atari.FAMILY)
+    assert environments.families()[position] is nan_rewards.FAMILY
+    assert atari.FAMILY not in environments.families()
+    monkeypatch.setenv(nan_rewards.AT_STEP_VARIABLE, "7")
+    env_type, kwargs = environments.environment_class("atari/pong", seed=1)
+    assert env_type is nan_rewards.NanRewardAtari and kwargs["nan_at_step"] == 7
+    with pytest.raises(ValueError, match="cannot replace Atari: it is not"):
+        environments.register(toy_family.FAMILY, replace=atari.FAMILY)
+
+
 def test_without_registration_the_toy_levels_are_unknown():
     assert toy_family.FAMILY not in environments.families()
     with pytest.raises(ValueError, match="Unknown --level_name='toy2'"):

@@ -11,8 +11,9 @@ each run starts from what the previous one left:
   2. a resumed run whose learner is SIGKILLed right after a checkpoint;
   3. a rerun: it resumes at that checkpoint's frame count; SIGTERM then
      stops it with a final checkpoint, exit code 143 and no child left;
-  4. with the newest checkpoint truncated and NaN rewards injected
-     (--testonly_nan_reward_at_frame; real Pong never gives a NaN reward):
+  4. with the newest checkpoint truncated and NaN rewards (real Pong never
+     gives one: train_with_nan_rewards.py runs experiment.py with Atari's
+     family replaced by one that gives a NaN reward, nan_rewards.py):
      it resumes from the previous checkpoint with a warning, then stops with
      exit code 1 before the NaN update, leaving that checkpoint's bytes as
      they were.
@@ -33,6 +34,7 @@ import threading
 import time
 import types
 
+import nan_rewards
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -54,6 +56,7 @@ ENV_KILL_TARGET = 12000
 HANG_TIMEOUT_S = 2  # --environment_timeout_secs of the run that hangs one
 FAR_TARGET = 10**6  # Runs stopped by a signal or an error never reach it.
 WAIT_TIMEOUT_S = 120
+NAN_SCRIPT = os.path.join(REPO_ROOT, "tests", "train_with_nan_rewards.py")
 
 
 # -- helpers --------------------------------------------------------------------
@@ -129,12 +132,15 @@ def checkpoint_files(logdir: str, step: int) -> dict[str, bytes]:
 class Run:
     """experiment.py in a subprocess; output to a file that can be polled."""
 
-    def __init__(self, logdir: str, name: str, *args: str):
+    def __init__(
+        self, logdir: str, name: str, *args: str, script: str = SCRIPT, env=None
+    ):
         self.log_path = os.path.join(os.path.dirname(logdir), f"{name}.log")
         self._log = open(self.log_path, "w")  # noqa: SIM115 - closed in wait()
         self.process = subprocess.Popen(
-            [sys.executable, SCRIPT, *SMALL, f"--logdir={logdir}", *args],
+            [sys.executable, script, *SMALL, f"--logdir={logdir}", *args],
             cwd=REPO_ROOT,
+            env=env,
             stdout=self._log,
             stderr=subprocess.STDOUT,
         )
@@ -286,12 +292,16 @@ def damaged_nan_run(logdir, sigterm_run):
         os.truncate(path, os.path.getsize(path) // 2)
     damaged = checkpoint_files(logdir, newest)
     good = checkpoint_files(logdir, previous)
+    # Each environment's reward is NaN at its step 100, the last of its
+    # actor's fifth unroll of 20 steps: the four before it fill at least two
+    # batches of 2, so the NaN step comes after two good updates at least.
     nan_at = previous + 2 * FRAMES_PER_UPDATE
     run = Run(
         logdir,
         "damaged_nan",
         f"--total_environment_frames={FAR_TARGET}",
-        f"--testonly_nan_reward_at_frame={nan_at}",
+        script=NAN_SCRIPT,
+        env={**os.environ, nan_rewards.AT_STEP_VARIABLE: "100"},
     )
     try:
         returncode = run.wait()
