@@ -40,7 +40,9 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import common  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import dynamic_batching  # noqa: E402
@@ -233,17 +235,6 @@ def bench_model(model, thread_counts, seconds, ceiling_batch):
     return rows, ceiling
 
 
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def markdown(rows, ceilings, ceiling_batch, argv, seconds):
     lines = [
         "# Dynamic batching benchmark",
@@ -252,7 +243,7 @@ def markdown(rows, ceilings, ceiling_batch, argv, seconds):
         "",
         "    python3 benchmarks/batcher_bench.py " + " ".join(argv),
         "",
-        f'Machine: `nproc` = {os.cpu_count()}, CPU model "{cpu_model()}" '
+        f'Machine: `nproc` = {os.cpu_count()}, CPU model "{common.cpu_model()}" '
         f"(/proc/cpuinfo); Python {platform.python_version()}, tensorflow-cpu "
         f"{tf.__version__}. Date: {datetime.date.today().isoformat()}.",
         "",

@@ -40,14 +40,21 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 # -- machine and load -------------------------------------------------------------
 
 
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), or 'unknown'."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
 def machine_info() -> dict:
     """nproc, CPU model, memory, Python version, date (UTC)."""
-    model = "unknown"
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
+    model = cpu_model()
     with open("/proc/meminfo") as f:
         mem_kb = int(f.readline().split()[1])
     return {
@@ -293,11 +300,6 @@ def run_experiment(
 
 INTER_OP = "TensorFlow inter-op threads (executor, small ops, py_func env calls)"
 INTRA_OP = "TensorFlow intra-op threads (kernels: convolutions, matmuls)"
-# Labels of earlier records, mapped to today's.
-OLD_GROUP_LABELS = {
-    "TensorFlow pool threads (tf_Compute)": INTER_OP,
-    "other native threads (common.py)": INTRA_OP,
-}
 
 
 class _Recorder:
@@ -443,14 +445,9 @@ def _run_experiment_main() -> None:
             if recorder is not None and recorder.done:
                 run_context.request_stop()
 
-    # Where the code keeps the two functions wrapped below: its own modules
-    # (sessions.py, progress.py), or experiment.py itself in code before
-    # that split (a --baseline_code of an older revision).
-    try:
-        import progress
-        import sessions
-    except ImportError:
-        sessions = progress = experiment
+    import progress
+    import sessions
+
     original_create = sessions.create_training_session
 
     def create_training_session(hooks, logdir, *args, **kwargs):

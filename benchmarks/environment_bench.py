@@ -37,23 +37,14 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 # One thread for numpy's BLAS too, like the other single-thread resize rows.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import common  # noqa: E402
 import numpy as np  # noqa: E402
 
 import atari  # noqa: E402
 
 UNROLL_LENGTH = 100
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def _time_per_call(fn, min_seconds: float) -> float:
@@ -276,7 +267,7 @@ def main() -> None:
     args = parser.parse_args()
 
     print(f"date: {datetime.date.today().isoformat()}")
-    print(f"machine: nproc={os.cpu_count()}, CPU: {cpu_model()}")
+    print(f"machine: nproc={os.cpu_count()}, CPU: {common.cpu_model()}")
     try:
         print(f"load average before: {os.getloadavg()[0]:.2f} (1 min)")
     except OSError:

@@ -27,8 +27,10 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(HERE)
-sys.path[:0] = [REPO_ROOT, os.path.join(REPO_ROOT, "tests")]
+sys.path[:0] = [REPO_ROOT, os.path.join(REPO_ROOT, "tests"), HERE]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import common  # noqa: E402 - no TensorFlow at import
 
 # TensorFlow is imported inside main(): multiprocessing's spawn and forkserver
 # children re-import this script, and they should measure the start method, not
@@ -103,11 +105,8 @@ def time_tensorflow_import():
 
 
 def rss_mib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
+    kb = common.proc_status(pid, "VmRSS")
+    return float("nan") if kb is None else kb / 1024
 
 
 def interleaved_rates(fns, seconds, chunks=8):

@@ -8,47 +8,56 @@ stepping `atari.PyProcessAtari` in its own process with the training
 preprocessing and random actions, no agent, no TensorFlow (measured at the
 start and at the end of the invocation; the ratio uses their mean).
 
-Parts (each one invocation; `--part=all` runs them in turn):
-  shallow  shallow agent, num_actors 1, 2, 4, 8, 16, with and without
-           dynamic batching, batch_size 8, unroll_length 20 (shallow1: the
-           1/2/4-actor half of it, shallow2: the 8/16-actor half)
-  deep     deep agent, num_actors 4 and 16 (trimmed: the deep agent is ~4x
-           slower per frame, so its 1/2/8-actor runs are left out), with and
-           without dynamic batching, batch 8, unroll 20
-  peer     the MonoBeast comparison: shallow agent, 4 actors, batch 8,
-           unroll 80, with and without dynamic batching; agent steps/s
-           against MonoBeast's published-in-the-issue figures (given facts,
-           not measured here): 150 agent steps/s with an LSTM (target 1.5x =
-           225) and 610 feed-forward (stretch)
-  threads  TensorFlow's intra-op pool: shallow 8 actors and deep 4 actors,
-           batching on and off, one thread per core (TensorFlow's default)
-           vs one thread (experiment.py's setting for single-machine
-           training since this benchmark)
-  profile  shallow agent, 8 actors, batch 8, unroll 20: the CPU time of each
-           thread group and process over the window (/proc), optionally
-           `--py_spy` samples
-  ab       shallow agent, 8 actors, batch 8, unroll 20, batching on and off:
-           for before/after comparisons
+Parts (each one invocation; `--part=all` runs actors, deep_actors,
+monobeast_settings and profile in turn), each named for what it varies:
+  actors              shallow agent, 1, 2, 4, 8, 16 actors of one
+                      environment, dynamic batching on and off, batch 8,
+                      unroll 20
+  deep_actors         deep agent, 4 and 16 actors, batching on and off
+  monobeast_settings  MonoBeast's settings: shallow agent, 4 actors, batch
+                      8, unroll 80, batching on and off; agent steps/s
+                      against MonoBeast's figures for this machine size
+                      (given, not measured here): 150 agent steps/s with an
+                      LSTM, 610 feed-forward
+  threads             TensorFlow's intra-op pool: one thread per core
+                      against one thread (shallow 8 actors, deep 4 actors)
+  profile             shallow agent, 8 actors: the CPU time of each thread
+                      group and process over the window (/proc), optionally
+                      `--py_spy` samples
+  batching            shallow agent, 8 actors, batching on and off: the
+                      before/after part (with --baseline_code)
+  envs_per_actor      K = 1, 2, 4 environments per actor
+  layouts             actors x environments per actor over 1-16 actors,
+                      shallow and deep (plot: throughput_layouts.png)
+  envs_per_process    M environments to a process against one per process
+                      (plot: throughput_envs_per_process.png)
+  envs_per_process_range  M > 1 over the rest of the actor range
+  torso_dtype         float32 against bfloat16 convolutions, deep and
+                      shallow (plot: throughput_torso_dtype.png)
+  torso_dtype_deep    the deep agent: 8 x 1 float32 against 8 x 4 and
+                      8 x 8 bfloat16
+  tested_commands     the tested command lines of flagfiles/ (pong_shallow,
+                      pong_deep), read from their flag files
   With `--baseline_code=git:REV` (any part) each configuration also runs on
   the code at REV, first (before/after a fix, interleaved); with --alternate
-  every other round runs the current code first.
+  every other round runs the current code first. A configuration whose
+  flags the code at REV lacks fails there (its record says so).
 
 Each configuration's child is a fresh process, so start-up (TensorFlow
 import, graph build, children start) costs ~15-25 s per run on an idle
 2-core machine and 30-110 s on a loaded one; one run is start-up + warm-up
-(8 s) + window (30 s) + shutdown. Durations measured on the loaded machine
-(load 7-28): shallow 20 min, deep 9 min, peer 4 min (8 with --repeats=2),
-profile 4.5 min; the shallow1/shallow2 halves and the others stay under
-~6 min each on an idle machine. Figures go to stdout, a JSON file
+(8 s) + window (30 s) + shutdown. On an idle machine actors takes about
+10 min, deep_actors 5, monobeast_settings 3, profile 4; the others stay
+under ~6 min each. Figures go to stdout, a JSON file
 per part under benchmarks/results/ (which replaces the committed record of
 that part; `--json PATH` writes one part's record elsewhere) and, with
 --plot, benchmarks/plots/.
 
-    python3 benchmarks/throughput_bench.py --part=shallow
-    python3 benchmarks/throughput_bench.py --part=deep
-    python3 benchmarks/throughput_bench.py --part=peer
+    python3 benchmarks/throughput_bench.py --part=actors
+    python3 benchmarks/throughput_bench.py --part=monobeast_settings
     python3 benchmarks/throughput_bench.py --part=profile --py_spy
-    python3 benchmarks/throughput_bench.py --part=bf16_key --json /tmp/round.json
+    python3 benchmarks/throughput_bench.py --part=tested_commands
+    python3 benchmarks/throughput_bench.py --part=torso_dtype_deep --json /tmp/a.json
     python3 benchmarks/throughput_bench.py --plot     # plots from the JSON files
 """
 
@@ -90,17 +99,12 @@ def _grid(agent, actors, unroll=20):
 
 
 PARTS = {
-    # All five actor counts in one invocation (~10 min idle, ~20 min loaded),
-    # or split in two shorter ones (shallow1 + shallow2).
-    "shallow": _grid("shallow", (1, 2, 4, 8, 16)),
-    "shallow1": _grid("shallow", (1, 2, 4)),
-    "shallow2": _grid("shallow", (8, 16)),
-    "deep": _grid("deep", (4, 16)),
-    "peer": _grid("shallow", (4,), unroll=80),
-    # TensorFlow's intra-op pool: one thread per core (TensorFlow's default,
-    # and experiment.py's before it set one thread for single-machine
-    # training) against one thread, with the environment variable that
-    # experiment.py leaves in charge when it is set.
+    "actors": _grid("shallow", (1, 2, 4, 8, 16)),
+    "deep_actors": _grid("deep", (4, 16)),
+    "monobeast_settings": _grid("shallow", (4,), unroll=80),
+    # TensorFlow's intra-op pool: one thread per core (TensorFlow's default)
+    # against one thread, with the environment variable that experiment.py
+    # leaves in charge when it is set.
     "threads": [
         dict(
             agent=a,
@@ -128,7 +132,7 @@ PARTS = {
     ],
     # Before/after a change to the agent or the loop (with --baseline_code):
     # shallow agent, 8 actors, batching on and off.
-    "ab": [
+    "batching": [
         dict(
             agent="shallow",
             num_actors=8,
@@ -178,14 +182,11 @@ def _grid_with_k(agent: str, actors, k: int) -> list[dict]:
     ]
 
 
-# envs_per_actor > 1: those configurations run on the current code only (a
-# baseline from before --envs_per_actor has no such flag).
-PARTS["vector"] = _vector_configs()
-# Environments per actor (run it with --baseline_code: the one-environment rows
-# also run on the code before): shallow 1-16 actors and deep 4 and 16
-# actors, one environment per actor (batching on) and K environments per
-# actor; then MonoBeast's settings (4 actors, unroll 80).
-PARTS["grid15"] = [
+PARTS["envs_per_actor"] = _vector_configs()
+# Shallow 1-16 actors and deep 4 and 16 actors, one environment per actor
+# (batching on) and K environments per actor; then MonoBeast's settings (4
+# actors, unroll 80).
+PARTS["layouts"] = [
     *_grid_with_k("shallow", (1, 2, 4, 8, 16), 1),
     *_grid_with_k("shallow", (1, 2, 4, 8, 16), 4),
     *_grid_with_k("shallow", (8,), 2),
@@ -206,9 +207,8 @@ def _shared(agent: str, actors: int, k: int, m: int, unroll: int = 20) -> dict:
 
 
 # Several environments in one process (--envs_per_process): the best
-# configurations of grid15 with M = 1 (on both codes, with
-# --baseline_code) against M = 2, 4 and 8 (the current code only).
-PARTS["shared15"] = [
+# layouts with M = 1 against M = 2, 4 and 8.
+PARTS["envs_per_process"] = [
     _shared("shallow", 8, 1, 1),
     _shared("shallow", 4, 4, 1),
     _shared("shallow", 4, 4, 2),
@@ -222,8 +222,8 @@ PARTS["shared15"] = [
     _shared("shallow", 4, 4, 4, unroll=80),
 ]
 
-# The rest of the actor range with M > 1 (current code only).
-PARTS["shared15b"] = [
+# The rest of the actor range with M > 1.
+PARTS["envs_per_process_range"] = [
     _shared("shallow", 1, 8, 8),
     _shared("shallow", 2, 8, 8),
     _shared("shallow", 16, 4, 4),
@@ -236,11 +236,9 @@ def _bfloat16(config: dict) -> dict:
 
 
 # The torso's convolutions in bfloat16 (--torso_dtype): the deep agent at 8
-# actors (one environment each, on a baseline code given with
-# --baseline_code and on this one), then
-# the best environment layouts in float32 and bfloat16, and the shallow
-# agent's best layout both ways.
-PARTS["bf16"] = [
+# actors of one environment, the best environment layouts in float32 and
+# bfloat16, and the shallow agent's best layout both ways.
+PARTS["torso_dtype"] = [
     _shared("deep", 8, 1, 1),
     _shared("deep", 8, 4, 4),
     _bfloat16(_shared("deep", 8, 4, 4)),
@@ -251,15 +249,41 @@ PARTS["bf16"] = [
     _bfloat16(_shared("shallow", 8, 8, 8)),
 ]
 
-# The bf16 part's two rows that decide the deep target, for repeats
-# (--repeats 2 --alternate).
-PARTS["bf16_key"] = [_shared("deep", 8, 1, 1), _bfloat16(_shared("deep", 8, 4, 4))]
-# The same with 8 environments per actor (inference on batches of 8).
-PARTS["bf16_key8"] = [_shared("deep", 8, 1, 1), _bfloat16(_shared("deep", 8, 8, 8))]
+# The deep agent's float32 paper layout against its bfloat16 layouts of 4 and
+# 8 environments per actor, for repeats (--repeats 2 --alternate).
+PARTS["torso_dtype_deep"] = [
+    _shared("deep", 8, 1, 1),
+    _bfloat16(_shared("deep", 8, 4, 4)),
+    _bfloat16(_shared("deep", 8, 8, 8)),
+]
 
-# Flags that a baseline may not have, with their defaults: a configuration
-# that sets one to anything else runs on the current code only.
-NEWER_FLAGS = {"envs_per_actor": 1, "envs_per_process": 1, "torso_dtype": "float32"}
+TESTED_FLAGFILES = ("flagfiles/pong_shallow.cfg", "flagfiles/pong_deep.cfg")
+
+
+def flagfile_config(path: str) -> dict:
+    """A configuration from a flag file of flagfiles/ (`--name=value`
+    lines; numbers as numbers), so the benchmark measures the documented
+    command line itself. Its run targets and schedules are left out."""
+    config = {"flagfile": path, "dynamic_batching": True}
+    with open(os.path.join(common.REPO, path)) as f:
+        for line in f:
+            line = line.strip()
+            if not line.startswith("--"):
+                continue
+            name, _, value = line[2:].partition("=")
+            if name in ("total_environment_frames", "learning_rate_decay_frames"):
+                continue
+            for kind in (int, float):
+                try:
+                    value = kind(value)
+                    break
+                except ValueError:
+                    pass
+            config[name] = value if value != "" else "true"
+    return config
+
+
+PARTS["tested_commands"] = [flagfile_config(path) for path in TESTED_FLAGFILES]
 
 
 def export_git_revision(revision: str) -> str:
@@ -287,12 +311,11 @@ def export_git_revision(revision: str) -> str:
     return target
 
 
-def flags_for(config: dict, supports_batching_flag: bool = True) -> dict:
+def flags_for(config: dict) -> dict:
     flags = dict(config, total_environment_frames=10**12)
     flags.pop("env", None)
+    flags.pop("flagfile", None)  # its flags are in the configuration
     flags["dynamic_batching"] = str(flags["dynamic_batching"]).lower()
-    if not supports_batching_flag:
-        del flags["dynamic_batching"]
     return flags
 
 
@@ -397,33 +420,21 @@ def run_part(part: str, args) -> dict:
         flush=True,
     )
     runs = []
-    variants = [("current", code_dir, True)]
+    variants = [("current", code_dir)]
     if args.baseline_code:
         if args.baseline_code.startswith("git:"):
             rev = args.baseline_code.removeprefix("git:")
             base_dir = export_git_revision(rev)
         else:
             rev = base_dir = args.baseline_code
-        with open(os.path.join(base_dir, "experiment.py")) as f:
-            base_source = f.read()
-        has_flag = "dynamic_batching" in base_source
-        variants = [
-            (f"baseline {rev}", base_dir, has_flag),
-            ("current", code_dir, True),
-        ]
-    repeats = args.repeats or (2 if part in ("profile", "ab") else 1)
+        variants = [(f"baseline {rev}", base_dir), ("current", code_dir)]
+    repeats = args.repeats or (2 if part in ("profile", "batching") else 1)
     for repeat in range(repeats):
         for config in configs:
             # --alternate: the code that runs second in a round runs first in
             # the next, so a position effect cancels out over the rounds.
             order = variants[::-1] if args.alternate and repeat % 2 else variants
-            if any(
-                config.get(flag, default) != default
-                and (not args.baseline_code or f'"{flag}"' not in base_source)
-                for flag, default in NEWER_FLAGS.items()
-            ):
-                order = [v for v in order if v[0] == "current"]
-            for label, directory, has_flag in order:
+            for label, directory in order:
                 common.use_code_dir(directory)
                 on_start = None
                 spy_path = None
@@ -434,7 +445,7 @@ def run_part(part: str, args) -> dict:
                     )
                     on_start = py_spy_sampler(spy_path, args.window_s - 2)
                 record = common.run_experiment(
-                    flags_for(config, has_flag),
+                    flags_for(config),
                     extra_env=config.get("env"),
                     warmup_s=args.warmup_s,
                     window_s=args.window_s,
@@ -503,7 +514,7 @@ def table(result: dict) -> str:
         )
         + f" frames/s; mean {ceiling:.0f}. One stepping process: {ceiling_per_cpu:.0f} frames per CPU-second.",
         "",
-        "| code, round | agent | actors | batch | unroll | dynamic batching | frames/s | agent steps/s "
+        "| code, repeat | agent | actors | batch | unroll | dynamic batching | frames/s | agent steps/s "
         "| learner steps/s | fraction of ceiling | batched / unbatched | cores used: learner process + env processes "
         "| frames per CPU-second | CPU-normalised fraction of ceiling | load (start-end) | start-up s |",
         "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---|---:|",
@@ -543,6 +554,8 @@ def table(result: dict) -> str:
         agent = c["agent"]
         if c.get("torso_dtype", "float32") != "float32":
             agent += f" ({c['torso_dtype']})"
+        if c.get("flagfile"):
+            agent += f", {os.path.basename(c['flagfile'])}"
         ratio = ""
         if c["dynamic_batching"]:
             other = by_key.get(key(run, False))
@@ -560,14 +573,14 @@ def table(result: dict) -> str:
             f"| {per_cpu:.0f} | {per_cpu / ceiling_per_cpu:.1%} "
             f"| {run['load_start']:.1f}-{run['load_end']:.1f} | {run['startup_s']:.0f} |"
         )
-    if result["part"] == "peer":
+    if result["part"] == "monobeast_settings":
         lines.append("")
         for run in result["runs"]:
             if "frames_per_s" not in run:
                 continue
             steps = run["frames_per_s"] / FRAMES_PER_AGENT_STEP
             lines.append(
-                f"- round {run['repeat'] + 1}, dynamic batching {'on' if run['config']['dynamic_batching'] else 'off'} "
+                f"- repeat {run['repeat'] + 1}, dynamic batching {'on' if run['config']['dynamic_batching'] else 'off'} "
                 f"(load {run['load_start']:.1f}): "
                 f"{steps:.0f} agent steps/s = {steps / MONOBEAST_LSTM_STEPS:.2f}x MonoBeast-with-LSTM "
                 f"(150; target 1.5x = 225: {'met' if steps >= 1.5 * MONOBEAST_LSTM_STEPS else 'NOT met'}), "
@@ -585,7 +598,7 @@ def cpu_table(result: dict) -> str:
     for run in result["runs"]:
         if "cpu_s" not in run:
             continue
-        cpu = {common.OLD_GROUP_LABELS.get(k, k): v for k, v in run["cpu_s"].items()}
+        cpu = run["cpu_s"]
         for group, seconds in sorted(cpu.items(), key=lambda kv: -kv[1]):
             if seconds >= 0.05:
                 lines.append(
@@ -603,8 +616,8 @@ def _actor_axes(axes, xlabel: str) -> None:
         ax.grid(alpha=0.3)
 
 
-def plot_grid15(result: dict, out: str) -> None:
-    """benchmarks/plots/throughput_issue15.png: frames/s and fraction of the
+def plot_layouts(result: dict, out: str) -> None:
+    """benchmarks/plots/throughput_layouts.png: frames/s and fraction of the
     ceiling against actors, per agent and environments per actor."""
     import matplotlib
 
@@ -649,11 +662,11 @@ def plot_grid15(result: dict, out: str) -> None:
     print(f"Wrote {out}")
 
 
-def plot_shared15(result: dict, out: str, targets=None, title=None) -> None:
-    """benchmarks/plots/throughput_shared15.png: each configuration's frames/s
+def plot_cpu_breakdown(result: dict, out: str, targets=None, title=None) -> None:
+    """benchmarks/plots/throughput_envs_per_process.png: each configuration's frames/s
     as a fraction of the ceiling, and its CPU-ms per agent step by thread
     group, one process per environment against M to a process (and bfloat16
-    torsos, the bf16 part's plot). `targets`: (fraction, label) lines."""
+    torsos, the torso_dtype part's plot). `targets`: (fraction, label) lines."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -726,9 +739,10 @@ def plot_shared15(result: dict, out: str, targets=None, title=None) -> None:
     fig.savefig(out, dpi=110)
 
 
-def plot_bf16(result: dict, out: str) -> None:
-    """benchmarks/plots/throughput_bf16.png: the bf16 part, with the deep
-    target (1.5x the code before at 8 actors) and the shallow one (30 %)."""
+def plot_torso_dtype(result: dict, out: str) -> None:
+    """benchmarks/plots/throughput_torso_dtype.png: the torso_dtype part,
+    with 1.5x the baseline's deep agent at 8 actors (when the record has a
+    baseline) and 30 % of the ceiling for the shallow agent."""
     ceiling = result["ceiling_frames_per_s"]
     before = [
         r["frames_per_s"]
@@ -739,14 +753,14 @@ def plot_bf16(result: dict, out: str) -> None:
     if before:
         targets.insert(
             0,
-            (1.5 * before[0] / ceiling, "deep target: 1.5x the code before, 8 actors"),
+            (1.5 * before[0] / ceiling, "1.5x the baseline's deep agent, 8 actors"),
         )
-    plot_shared15(
+    plot_cpu_breakdown(
         result,
         out,
         targets,
-        "atari/pong training, batch 8: grey = code the issue measured (be5f506), "
-        "blue/green = float32 torso, olive = bfloat16 torso (2 cores)",
+        "atari/pong training, batch 8: grey = baseline code, blue/green = "
+        "float32 torso, olive = bfloat16 torso (2 cores)",
     )
 
 
@@ -758,37 +772,27 @@ def record_path(part: str, json_path: str | None) -> str:
 
 
 def plot() -> None:
-    bf16 = record_path("bf16", None)
-    if os.path.exists(bf16):
-        with open(bf16) as f:
-            os.makedirs(PLOTS_DIR, exist_ok=True)
-            plot_bf16(json.load(f), os.path.join(PLOTS_DIR, "throughput_bf16.png"))
-    shared15 = record_path("shared15", None)
-    if os.path.exists(shared15):
-        with open(shared15) as f:
-            os.makedirs(PLOTS_DIR, exist_ok=True)
-            plot_shared15(
-                json.load(f), os.path.join(PLOTS_DIR, "throughput_shared15.png")
-            )
-    grid15 = record_path("grid15", None)
-    if os.path.exists(grid15):
-        with open(grid15) as f:
-            os.makedirs(PLOTS_DIR, exist_ok=True)
-            plot_grid15(json.load(f), os.path.join(PLOTS_DIR, "throughput_issue15.png"))
+    for part, draw in (
+        ("torso_dtype", plot_torso_dtype),
+        ("envs_per_process", plot_cpu_breakdown),
+        ("layouts", plot_layouts),
+    ):
+        path = record_path(part, None)
+        if os.path.exists(path):
+            with open(path) as f:
+                os.makedirs(PLOTS_DIR, exist_ok=True)
+                draw(json.load(f), os.path.join(PLOTS_DIR, f"throughput_{part}.png"))
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     results = {}
-    for part in ("shallow", "shallow1", "shallow2", "deep"):
+    for part in ("actors", "deep_actors"):
         path = record_path(part, None)
         if os.path.exists(path):
             with open(path) as f:
                 results[part] = json.load(f)
-    if "shallow" in results:  # the whole grid wins over its halves
-        results.pop("shallow1", None)
-        results.pop("shallow2", None)
     if not results:
         print("No throughput JSON files to plot.")
         return
@@ -865,7 +869,7 @@ def main() -> None:
         "--part",
         choices=[*PARTS, "all"],
         default=None,
-        help="all = shallow, deep, peer, profile",
+        help="all = actors, deep_actors, monobeast_settings, profile",
     )
     parser.add_argument("--warmup_s", type=float, default=8.0)
     parser.add_argument("--window_s", type=float, default=30.0)
@@ -880,7 +884,7 @@ def main() -> None:
     parser.add_argument(
         "--baseline_code",
         default="",
-        help="profile part: git:REV or a directory of the code to compare against",
+        help="git:REV or a directory of the code to compare against",
     )
     parser.add_argument(
         "--code",
@@ -907,7 +911,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     parts = (
-        ["shallow", "deep", "peer", "profile"]
+        ["actors", "deep_actors", "monobeast_settings", "profile"]
         if args.part == "all"
         else ([args.part] if args.part else [])
     )
