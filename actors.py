@@ -62,6 +62,7 @@ def create_agent(config: AgentConfig, name: str = "agent") -> agent_lib.Agent:
         use_instruction=config.use_instruction,
         torso_dtype=config.torso_dtype,
         use_lstm=config.use_lstm,
+        num_values=config.num_values,
         name=name,
     )
 
@@ -130,11 +131,14 @@ def actor_environments(
     return processes, envs
 
 
-def _zero_agent_output(num_actions: int, batch_size: int) -> agent_lib.AgentOutput:
+def _zero_agent_output(
+    agent: agent_lib.Agent, batch_size: int
+) -> agent_lib.AgentOutput:
+    values = [agent.num_values] if agent.num_values else []
     return agent_lib.AgentOutput(
         action=tf.zeros([batch_size], tf.int32),
-        policy_logits=tf.zeros([batch_size, num_actions], tf.float32),
-        baseline=tf.zeros([batch_size], tf.float32),
+        policy_logits=tf.zeros([batch_size, agent.num_actions], tf.float32),
+        baseline=tf.zeros([batch_size, *values], tf.float32),
     )
 
 
@@ -256,7 +260,7 @@ def build_vector_actor(
             tuple(env_state for _, env_state in initials),
             join([env_output for env_output, _ in initials]),
             agent.initial_state(num_envs),
-            _zero_agent_output(agent.num_actions, num_envs),
+            _zero_agent_output(agent, num_envs),
         )
         if not agent.built:
             # Variables can only be created in the main graph, not in the

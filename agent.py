@@ -6,7 +6,8 @@ The network follows the IMPALA paper (Espeholt et al., 2018, figure 3):
         -> FC 256 -> ReLU
   concat [torso, clipped last reward, one-hot last action, instruction code]
         -> LSTM 256 (state reset where an episode ended)
-        -> policy logits (num_actions) and baseline (1)
+        -> policy logits (num_actions) and baseline (1; with PopArt one
+           normalised value per level of the run, popart.py)
   action ~ Categorical(policy logits)
 
 Two options leave the paper's network: use_lstm=False drops the LSTM (the
@@ -245,9 +246,15 @@ class Agent(snt.Module):
         use_instruction: bool = True,
         torso_dtype: str = "float32",
         use_lstm: bool = True,
+        num_values: int = 0,
         name: str = "agent",
     ):
         """num_actions: policy size; torso: 'deep' or 'shallow'.
+
+        num_values: 0 for the paper's value head, one value per step
+        (`baseline` [N]); L >= 1 for PopArt's, one normalised value per level
+        of the run (`baseline` [N, L], popart.py). The head's variables are
+        agent/baseline/w [256 or the core's input size, max(L, 1)] and b.
 
         use_lstm=False leaves out the LSTM core (the paper's agent has it):
         the policy and baseline heads read the core's inputs directly (torso
@@ -280,6 +287,7 @@ class Agent(snt.Module):
             )
         dtype = tf.as_dtype(torso_dtype)
         self._num_actions = num_actions
+        self._num_values = num_values
         self._torso_kind = torso
         with self.name_scope:
             torso_class = _DeepTorso if torso == "deep" else _ShallowTorso
@@ -289,11 +297,21 @@ class Agent(snt.Module):
                 snt.LSTM(CORE_LSTM_SIZE, name="core_lstm") if use_lstm else None
             )
             self._policy = snt.Linear(num_actions, name="policy_logits")
-            self._baseline = snt.Linear(1, name="baseline")
+            self._baseline = snt.Linear(max(num_values, 1), name="baseline")
 
     @property
     def num_actions(self) -> int:
         return self._num_actions
+
+    @property
+    def num_values(self) -> int:
+        """0: one value per step; L: PopArt's normalised values per level."""
+        return self._num_values
+
+    @property
+    def value_head(self) -> snt.Linear:
+        """The baseline head (PopArt rescales its w and b)."""
+        return self._baseline
 
     @property
     def built(self) -> bool:
@@ -329,9 +347,12 @@ class Agent(snt.Module):
         return tf.concat([torso, reward[:, None], one_hot, code], axis=1)
 
     def _head(self, core_output: tf.Tensor) -> AgentOutput:
-        """[N, 256] -> AgentOutput(action [N], logits [N, A], baseline [N])."""
+        """[N, 256] -> AgentOutput(action [N], logits [N, A], baseline [N]
+        or, with num_values L >= 1, [N, L])."""
         logits = self._policy(core_output)
-        baseline = tf.squeeze(self._baseline(core_output), axis=-1)
+        baseline = self._baseline(core_output)
+        if not self._num_values:
+            baseline = tf.squeeze(baseline, axis=-1)
         action = tf.random.categorical(logits, num_samples=1, dtype=tf.int32)
         return AgentOutput(tf.squeeze(action, axis=1), logits, baseline)
 

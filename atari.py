@@ -399,6 +399,28 @@ class AtariFamily(EnvironmentFamily):
             full_action_space=full_action_space,
         )
 
+    def throughput_defaults(self, torso: str) -> dict[str, int] | None:
+        """The fastest measured layouts on a 2-core machine (BENCHMARKS.md,
+        "Throughput against the raw-ALE ceiling"): 8 actors of 8 games
+        stepped 8 to a process for the shallow agent; 8 actors of 4 games, 4
+        to a process, batch 32 for the deep agent (the tested Pong command's
+        layout, flagfiles/pong_deep.cfg)."""
+        if torso == "shallow":
+            return dict(
+                num_actors=8,
+                envs_per_actor=8,
+                envs_per_process=8,
+                batch_size=8,
+                unroll_length=20,
+            )
+        return dict(
+            num_actors=8,
+            envs_per_actor=4,
+            envs_per_process=4,
+            batch_size=32,
+            unroll_length=20,
+        )
+
     def suite_scores(self, suite: str, level_returns) -> dict[str, float]:
         median, mean = atari57.compute_human_normalized_scores(level_returns)
         return {"median": median, "mean": mean}

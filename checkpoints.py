@@ -240,6 +240,17 @@ def check_checkpoint_fits(checkpoint: str | None, logdir: str, model: str) -> No
             f"cannot resume from it. Evaluate it with --mode=test, or train with "
             f"another --logdir."
         )
+    training = not all(map(is_weight, graph_names))  # test mode has weights only
+    if (
+        training
+        and any(n.startswith("popart/") for n in saved)
+        and not any(n.startswith("popart/") for n in graph_names)
+    ):
+        raise FlagError(
+            f"--logdir={logdir}: its checkpoint was trained with --popart (it "
+            f"holds PopArt's statistics), this run is not ({model}). Add "
+            f"--popart to resume it, or train with another --logdir."
+        )
     for variable in tf.compat.v1.global_variables():
         name, shape = variable.op.name, variable.shape.as_list()
         problem = None
@@ -255,15 +266,28 @@ def check_checkpoint_fits(checkpoint: str | None, logdir: str, model: str) -> No
             )
 
 
-def _saved_names(logdir: str) -> list[str] | None:
-    """The variable names of the newest readable checkpoint in `logdir`;
-    None when there is none."""
+def _saved_shapes(logdir: str) -> dict[str, list[int]] | None:
+    """The variable names and shapes of the newest readable checkpoint in
+    `logdir`; None when there is none."""
     for prefix in find_checkpoints(logdir):
         try:
-            return [name for name, _ in tf.train.list_variables(prefix)]
+            return dict(tf.train.list_variables(prefix))
         except Exception:  # noqa: BLE001 - a damaged one: try the next.
             continue
     return None
+
+
+def _saved_names(logdir: str) -> list[str] | None:
+    shapes = _saved_shapes(logdir)
+    return None if shapes is None else list(shapes)
+
+
+def saved_num_values(logdir: str) -> int | None:
+    """The value head's width in the newest readable checkpoint of `logdir`
+    (agent/baseline/w [H, L]): L > 1 is a PopArt agent of L levels; None
+    when there is no readable checkpoint or no such variable."""
+    shape = (_saved_shapes(logdir) or {}).get("agent/baseline/w")
+    return shape[-1] if shape else None
 
 
 def saved_agent(logdir: str, torsos: tuple[str, ...]) -> tuple[str | None, bool | None]:

@@ -55,6 +55,9 @@ class AgentConfig:
     use_instruction: bool
     torso_dtype: str = "float32"
     use_lstm: bool = True
+    # PopArt's value head (--popart): one normalised value per level of the
+    # run; 0 = the paper's single value.
+    num_values: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +81,11 @@ class LearnerConfig:
     momentum: float = 0.0
     epsilon: float = 0.1
     max_grad_norm: float = 0.0
+    # --popart: per-level value normalisation (popart.py) over `level_names`
+    # (the run's levels, whose order gives the value head's columns).
+    popart: bool = False
+    popart_beta: float = 3e-4
+    level_names: tuple[str, ...] = ()
     optimizer: str = "rmsprop"
     # Frames over which the learning rate decays linearly to 0; 0 means
     # total_environment_frames (the paper's schedule).
@@ -111,6 +119,9 @@ class RunConfig:
     test_num_episodes: int = 10
     # --test_video_dir: where test mode writes a GIF per level; '' = none.
     test_video_dir: str = ""
+    # Settings the project chose for this run, each with why (a family's
+    # throughput defaults, --torso_dtype=auto): the first log line says them.
+    choices: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,7 +150,10 @@ class Config:
             f"{' (bfloat16 torso)' if self.agent.torso_dtype == 'bfloat16' else ''}, "
             f"{actors} actor{'s' if actors > 1 else ''}{per_actor}, batch {learner.batch_size}, "
             f"unroll {learner.unroll_length}, "
+            f"{'PopArt, ' if learner.popart else ''}"
+            f"{'unclipped rewards, ' if learner.reward_clipping == 'none' else ''}"
             f"{learner.total_environment_frames:,} frames, logdir {self.run.logdir}"
+            + "".join(f"; {choice}" for choice in self.run.choices)
         )
 
     def describe_model(self) -> str:
@@ -147,5 +161,39 @@ class Config:
         return (
             f"--agent={self.agent.torso}, --use_lstm={str(self.agent.use_lstm).lower()}, "
             f"--optimizer={self.learner.optimizer}, "
-            f"--level_name={self.environment.level_name}"
+            f"--level_name={self.environment.level_name}, "
+            f"--popart={str(self.learner.popart).lower()}"
         )
+
+
+# The flags that lay out actors and batches. A family may bring its own
+# values for them (EnvironmentFamily.throughput_defaults), used as a set and
+# only when none of them is on the command line.
+LAYOUT_SETTINGS = (
+    "num_actors",
+    "envs_per_actor",
+    "envs_per_process",
+    "batch_size",
+    "unroll_length",
+)
+
+
+def actor_layout(
+    values: dict[str, int], family, torso: str, use_family_defaults: bool
+) -> tuple[dict[str, int], list[str]]:
+    """The LAYOUT_SETTINGS' values for a run, and why, for its first log line.
+
+    `values`: the flags' values. With `use_family_defaults` (single-machine
+    training with none of them on the command line) the family's throughput
+    defaults for the `torso` agent replace them all (Atari's are its fastest
+    measured layout); otherwise, or for a family without defaults, they stay.
+    """
+    defaults = family.throughput_defaults(torso) if use_family_defaults else None
+    if not defaults:
+        return dict(values), []
+    values = {**values, **defaults}
+    shown = ", ".join(f"--{name}={values[name]}" for name in LAYOUT_SETTINGS)
+    return values, [
+        f"{family.name}'s throughput defaults for the {torso} agent ({shown}; "
+        f"no layout flag given, any one given keeps the flags' own defaults)"
+    ]

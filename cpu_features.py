@@ -43,3 +43,46 @@ def bfloat16_warning(torso_dtype: str, flags: frozenset[str]) -> str | None:
         "agent trained at 66 frames/s against ~330 in float32). Use "
         "--torso_dtype=float32 here."
     )
+
+
+# TensorFlow reads this variable once, at import: 1 turns its oneDNN
+# optimisations on, 0 off; unset, TensorFlow turns them on by itself only on
+# some x86 CPUs (those with AVX-512 features), not on AVX2-only ones.
+ONEDNN_VARIABLE = "TF_ENABLE_ONEDNN_OPTS"
+_X86_64 = frozenset({"x86_64", "amd64"})
+
+
+def default_onednn(environ, machine: str) -> str | None:
+    """Sets TF_ENABLE_ONEDNN_OPTS=1 in `environ` on an x86-64 `machine`
+    (platform.machine()) when the user has not set it, before TensorFlow is
+    imported; returns the line to log, or None when nothing was set.
+
+    On a 2-core AVX2-only machine oneDNN on made the shallow agent's fastest
+    command 1.57x faster (2,627 against 4,134 frames/s); on CPUs where
+    TensorFlow turns it on by itself this changes nothing. A value the user
+    set is never changed.
+    """
+    if ONEDNN_VARIABLE in environ or machine.lower() not in _X86_64:
+        return None
+    environ[ONEDNN_VARIABLE] = "1"
+    return (
+        f"{ONEDNN_VARIABLE}=1: TensorFlow's oneDNN kernels on, the project's "
+        f"default on x86-64 ({ONEDNN_VARIABLE}=0 turns them off)"
+    )
+
+
+TORSO_DTYPE_AUTO = "auto"
+
+
+def choose_torso_dtype(requested: str, flags: frozenset[str]) -> tuple[str, str | None]:
+    """(the torso dtype to use, why) for --torso_dtype: 'auto' is bfloat16
+    where the CPU computes it natively, float32 elsewhere (and where the
+    flags cannot be read); any other value is used as given (why = None)."""
+    if requested != TORSO_DTYPE_AUTO:
+        return requested, None
+    if has_native_bfloat16(flags):
+        return "bfloat16", "--torso_dtype=auto: bfloat16, this CPU computes it natively"
+    return "float32", (
+        "--torso_dtype=auto: float32, this CPU has no bfloat16 instructions "
+        "(AVX512_BF16 or AMX-BF16) and would emulate them"
+    )

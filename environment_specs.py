@@ -128,6 +128,27 @@ class EnvironmentFamily:
         """Whether any of the levels may give a text instruction."""
         return False
 
+    def envs_per_process_problem(self, envs: int, level_name: str) -> str | None:
+        """The flag error for --envs_per_process=`envs` above
+        max_envs_per_process, or None."""
+        limit = self.max_envs_per_process
+        if limit is None or envs <= limit:
+            return None
+        return (
+            f"--envs_per_process={envs}: {self.name} runs "
+            f"{'one level' if limit == 1 else f'{limit} levels'} per process, and "
+            f"--level_name={level_name} has {self.name} levels; use "
+            f"--envs_per_process={limit} (several environments to a process "
+            f"are for families that allow it, such as Atari)."
+        )
+
+    def throughput_defaults(self, torso: str) -> dict[str, int] | None:
+        """The family's actor and batch layout for the `torso` agent when a
+        single-machine run sets none of --num_actors, --envs_per_actor,
+        --envs_per_process, --batch_size, --unroll_length (flag -> value,
+        all five); None keeps the flags' defaults (the paper's)."""
+        return None
+
     def options(self, values: Mapping[str, Any]) -> Any:
         """The family's settings from the values of its `option_flags`
         (a frozen dataclass or None); may raise errors.FlagError."""

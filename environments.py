@@ -31,6 +31,8 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
+import numpy as np
+
 import atari
 import dmlab
 import doom
@@ -185,6 +187,27 @@ def _unknown_level_error(level_name: str, reason: str) -> ValueError:
     )
 
 
+# `--level_name=atari/pong,atari/breakout`: a run on a list of levels (or
+# suites) of one family, as a suite is: actors round-robin over them, one
+# agent, the list's scores the median and mean of its levels' scores.
+LIST_SEPARATOR = ","
+
+
+def level_list(level_name: str) -> list[str]:
+    """The names of a comma-separated level list, each stripped.
+
+    Raises:
+      ValueError: an empty entry.
+    """
+    names = [name.strip() for name in level_name.split(LIST_SEPARATOR)]
+    if not all(names):
+        raise ValueError(
+            f"--level_name={level_name!r} has an empty entry; separate level "
+            f"names with single commas, e.g. atari/pong,atari/breakout."
+        )
+    return names
+
+
 def family_of(level_name: str) -> EnvironmentFamily:
     """The family that owns `level_name` (a level or a suite).
 
@@ -195,6 +218,8 @@ def family_of(level_name: str) -> EnvironmentFamily:
         raise ValueError(
             f"--level_name must be a non-empty string, got {level_name!r}."
         )
+    if LIST_SEPARATOR in level_name:
+        return _family_of_all(level_list(level_name))
     for family in _FAMILIES:
         if family.owns(level_name):
             return family
@@ -239,11 +264,22 @@ def expand_level_names(level_name: str, is_test: bool = False) -> list[str]:
 
     'dmlab30' -> the 30 'contributed/dmlab30/<level>' names: training levels,
     or test levels when is_test. 'atari57' -> the 57 'atari/<game>' names.
-    Any other valid name -> [level_name].
+    'a,b' (a level list) -> the names of a, then of b, each once. Any other
+    valid name -> [level_name].
 
     Raises:
       ValueError: unknown name; the message lists the closest valid names.
     """
+    if LIST_SEPARATOR in level_name:
+        family_of(level_name)  # one family, or a ValueError naming them
+        names = [
+            name
+            for part in level_list(level_name)
+            for name in expand_level_names(part, is_test)
+        ]
+        if len(set(names)) != len(names):
+            raise ValueError(f"--level_name={level_name!r} names a level twice.")
+        return names
     family = family_of(level_name)
     try:
         return family.expand(level_name, is_test)
@@ -279,7 +315,17 @@ def has_instructions(level_names) -> bool:
 
 def suite_scores(suite: str, level_returns) -> dict[str, float]:
     """A suite's human-normalised scores ('dmlab30': no_cap and cap_100;
-    'atari57': median and mean) from {level: returns}."""
+    'atari57': median and mean; a level list: the median and mean of its
+    levels' scores, where they have them) from {level: returns}."""
+    if LIST_SEPARATOR in suite:
+        scores = [
+            score
+            for level, returns in level_returns.items()
+            if (score := level_score(level, returns)) is not None
+        ]
+        if not scores:
+            return {}
+        return {"median": float(np.median(scores)), "mean": float(np.mean(scores))}
     return family_of(suite).suite_scores(suite, level_returns)
 
 

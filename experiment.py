@@ -19,9 +19,15 @@ distributed.py.
 """
 
 import os
+import platform
 import sys
 
+import cpu_features
 import tf_logging
+
+# TensorFlow reads TF_ENABLE_ONEDNN_OPTS at import: turn its oneDNN kernels on
+# where it would leave them off (AVX2-only x86 CPUs), unless the user chose.
+ONEDNN_CHOICE = cpu_features.default_onednn(os.environ, platform.machine())
 
 # Before anything imports TensorFlow: hide the C++ runtime's INFO and WARNING
 # lines (start-up banners, "enqueue cancelled" at every shutdown) so that what
@@ -37,7 +43,7 @@ import agent as agent_lib  # noqa: E402
 import checkpoints  # noqa: E402
 import cluster  # noqa: E402
 import cluster_runtime  # noqa: E402
-import cpu_features  # noqa: E402
+import config as config_lib  # noqa: E402
 import distributed  # noqa: E402
 import environments  # noqa: E402
 import evaluation  # noqa: E402
@@ -105,8 +111,9 @@ flags.DEFINE_bool(
 flags.DEFINE_enum(
     "torso_dtype",
     "float32",
-    list(agent_lib.TORSO_DTYPES),
-    "What the torso's convolutions compute in (its weights stay float32).",
+    [*agent_lib.TORSO_DTYPES, cpu_features.TORSO_DTYPE_AUTO],
+    "What the torso's convolutions compute in (its weights stay float32); "
+    "auto: bfloat16 where the CPU computes it natively, else float32.",
 )
 flags.DEFINE_bool(
     "dynamic_batching",
@@ -120,8 +127,13 @@ flags.DEFINE_float("entropy_cost", 0.00025, "Entropy cost/multiplier.")
 flags.DEFINE_float("baseline_cost", 0.5, "Baseline cost/multiplier.")
 flags.DEFINE_float("discounting", 0.99, "Discounting factor.")
 flags.DEFINE_enum(
-    "reward_clipping", "abs_one", ["abs_one", "soft_asymmetric"], "Reward clipping."
+    "reward_clipping",
+    "abs_one",
+    ["abs_one", "soft_asymmetric", "none"],
+    "Reward clipping (none: rewards as they are, what --popart is for).",
 )
+flags.DEFINE_bool("popart", False, "PopArt value normalisation per level (popart.py).")
+flags.DEFINE_float("popart_beta", 3e-4, "PopArt statistics' decay per learner step.")
 
 # Environment.
 flags.DEFINE_string(
@@ -208,6 +220,11 @@ def validate_flags(f) -> None:
     require(f.epsilon > 0.0, "epsilon", "must be > 0.")
     require(f.entropy_cost >= 0.0, "entropy_cost", "must be >= 0.")
     require(f.baseline_cost >= 0.0, "baseline_cost", "must be >= 0.")
+    require(
+        0.0 < f.popart_beta <= 1.0,
+        "popart_beta",
+        "must be in (0, 1] (the paper's 3e-4 per learner step).",
+    )
     require(f.save_checkpoint_secs > 0, "save_checkpoint_secs", "must be >= 1.")
     require(
         not f.dataset_path or os.path.isdir(f.dataset_path),
@@ -294,34 +311,47 @@ def config_from_flags(f: flags.FlagValues) -> Config:
     """
     level_name, level_names = resolve_levels(f)
     family = environments.family_of(level_name)
-    limit = family.max_envs_per_process
-    if limit is not None and f.envs_per_process > limit:
-        raise FlagError(
-            f"--envs_per_process={f.envs_per_process}: {family.name} runs "
-            f"{'one level' if limit == 1 else f'{limit} levels'} per process, and "
-            f"--level_name={level_name} has {family.name} levels; use "
-            f"--envs_per_process={limit} (several environments to a process "
-            f"are for families that allow it, such as Atari)."
-        )
-    num_actions = environments.num_actions(level_names)
-    if warning := cpu_features.bfloat16_warning(
-        f.torso_dtype, cpu_features.cpu_flags()
+    torso, use_lstm = agent_settings(f)
+    # A family's throughput defaults: single-machine training, no layout flag.
+    cluster_task = "TF_CONFIG" in os.environ or any(
+        f[name].present for name in ("job_name", "learner_host", "actor_hosts")
+    )
+    layout, choices = config_lib.actor_layout(
+        {name: f[name].value for name in config_lib.LAYOUT_SETTINGS},
+        family,
+        torso,
+        f.mode == "train"
+        and not cluster_task
+        and not any(f[name].present for name in config_lib.LAYOUT_SETTINGS),
+    )
+    if problem := family.envs_per_process_problem(
+        layout["envs_per_process"], level_name
     ):
+        raise FlagError(problem)
+    num_actions = environments.num_actions(level_names)
+    cpu = cpu_features.cpu_flags()
+    torso_dtype, why = cpu_features.choose_torso_dtype(f.torso_dtype, cpu)
+    if why:
+        choices.append(why)
+    if ONEDNN_CHOICE:
+        choices.append(ONEDNN_CHOICE)
+    if warning := cpu_features.bfloat16_warning(torso_dtype, cpu):
         logging.warning(warning)
     options = family.options({name: f[name].value for name in family.option_flags})
-    torso, use_lstm = agent_settings(f)
+    num_values = popart_values(f, len(level_names))
     return Config(
         run=RunConfig(
             mode=f.mode,
             logdir=f.logdir,
-            num_actors=f.num_actors,
-            envs_per_actor=f.envs_per_actor,
-            envs_per_process=f.envs_per_process,
+            num_actors=layout["num_actors"],
+            envs_per_actor=layout["envs_per_actor"],
+            envs_per_process=layout["envs_per_process"],
             seed=f.seed,
             save_checkpoint_secs=f.save_checkpoint_secs,
             dynamic_batching=f.dynamic_batching,
             test_num_episodes=f.test_num_episodes,
             test_video_dir=f.test_video_dir,
+            choices=tuple(choices),
         ),
         environment=EnvironmentConfig(
             level_name=level_name,
@@ -335,12 +365,13 @@ def config_from_flags(f: flags.FlagValues) -> Config:
             torso=torso,
             num_actions=num_actions,
             use_instruction=environments.has_instructions(level_names),
-            torso_dtype=f.torso_dtype,
+            torso_dtype=torso_dtype,
             use_lstm=use_lstm,
+            num_values=num_values,
         ),
         learner=LearnerConfig(
-            batch_size=f.batch_size,
-            unroll_length=f.unroll_length,
+            batch_size=layout["batch_size"],
+            unroll_length=layout["unroll_length"],
             num_action_repeats=f.num_action_repeats,
             total_environment_frames=f.total_environment_frames,
             discounting=f.discounting,
@@ -354,6 +385,9 @@ def config_from_flags(f: flags.FlagValues) -> Config:
             max_grad_norm=f.max_grad_norm,
             optimizer=f.optimizer,
             learning_rate_decay_frames=f.learning_rate_decay_frames,
+            popart=bool(num_values) and f.mode == "train",
+            popart_beta=f.popart_beta,
+            level_names=tuple(level_names),
         ),
     )
 
@@ -379,6 +413,17 @@ def agent_settings(f: flags.FlagValues) -> tuple[str, bool]:
                 str(use_lstm).lower(),
             )
     return torso, use_lstm
+
+
+def popart_values(f: flags.FlagValues, num_levels: int) -> int:
+    """The value head's width: 0 without --popart, else one per level; test
+    mode without --popart reads it from the checkpoint (values unused)."""
+    if f.mode == "test" and not f["popart"].present:
+        saved = checkpoints.saved_num_values(f.logdir)
+        return saved if saved and saved > 1 else 0
+    if f.mode == "test" and f.popart:
+        return checkpoints.saved_num_values(f.logdir) or num_levels
+    return num_levels if f.popart else 0
 
 
 def cluster_config_from_flags(f: flags.FlagValues) -> cluster.ClusterConfig | None:

@@ -29,6 +29,7 @@ import re
 import tensorflow as tf
 
 import agent as agent_lib
+import popart as popart_lib
 import vtrace
 from config import LearnerConfig
 from environment_specs import StepOutput
@@ -48,8 +49,14 @@ NonFiniteUpdate = collections.namedtuple(
 _NON_FINITE_FIELDS = ("frames:", "total loss:", "gradient global norm:")
 
 
+REWARD_CLIPPINGS = ("abs_one", "soft_asymmetric", "none")
+
+
 def clip_rewards(rewards: tf.Tensor, mode: str) -> tf.Tensor:
-    """abs_one: clip to [-1, 1]. soft_asymmetric: 5 tanh(r / 5), negatives x0.3."""
+    """abs_one: clip to [-1, 1]. soft_asymmetric: 5 tanh(r / 5), negatives
+    x0.3. none: the rewards as they are (what PopArt is for)."""
+    if mode == "none":
+        return rewards
     if mode == "abs_one":
         return tf.clip_by_value(rewards, -1.0, 1.0)
     if mode == "soft_asymmetric":
@@ -96,6 +103,7 @@ def compute_loss(
     agent_outputs: agent_lib.AgentOutput,
     env_outputs: StepOutput,
     config: LearnerConfig,
+    popart_batch: popart_lib.PopArtBatch | None = None,
 ) -> LossOutputs:
     """The paper's loss on one time-major batch of unrolls.
 
@@ -113,6 +121,13 @@ def compute_loss(
       env_outputs: StepOutput of [T + 1, B, ...]: `reward` [T + 1, B] float32
         and `done` [T + 1, B] bool (info and observation are not used).
       config: reward_clipping, discounting, baseline_cost, entropy_cost.
+      popart_batch: None for the paper's loss. With PopArt (popart.py): the
+        learner's `baseline` is [T + 1, B, L] normalised values, and this
+        gives each trajectory's level `level_ids` [B] and the statistics
+        `mean` and `scale` [L]: V-trace runs on the level's unnormalised
+        values, the baseline loss is on normalised targets and the
+        advantages are divided by the level's scale. With mean 0 and scale 1
+        the loss is the paper's.
 
     Returns:
       LossOutputs: losses (Losses of scalars: total, and each term with its
@@ -126,6 +141,15 @@ def compute_loss(
     rewards, done = env_outputs.reward[1:], env_outputs.done[1:]
     logits = learner_outputs.policy_logits[:-1]
     values = learner_outputs.baseline[:-1]
+    if popart_batch is not None:
+        # [T + 1, B, L] -> the trajectory's level: [T + 1, B], normalised.
+        num_levels = learner_outputs.baseline.shape[-1]
+        one_hot = tf.one_hot(popart_batch.level_ids, num_levels)  # [B, L]
+        normalised = tf.reduce_sum(learner_outputs.baseline * one_hot, axis=-1)
+        mean = tf.gather(popart_batch.mean, popart_batch.level_ids)  # [B]
+        scale = tf.gather(popart_batch.scale, popart_batch.level_ids)  # [B]
+        bootstrap_value = scale * normalised[-1] + mean
+        values = scale * normalised[:-1] + mean
 
     clipped_rewards = clip_rewards(rewards, config.reward_clipping)
     discounts = tf.cast(~done, tf.float32) * config.discounting
@@ -142,12 +166,13 @@ def compute_loss(
             bootstrap_value=bootstrap_value,
         )
 
-    pg_loss = compute_policy_gradient_loss(
-        logits, actions, vtrace_returns.pg_advantages
-    )
-    baseline_loss = config.baseline_cost * compute_baseline_loss(
-        vtrace_returns.vs - values
-    )
+    pg_advantages = vtrace_returns.pg_advantages
+    baseline_advantages = vtrace_returns.vs - values
+    if popart_batch is not None:
+        pg_advantages = pg_advantages / scale
+        baseline_advantages = (vtrace_returns.vs - mean) / scale - normalised[:-1]
+    pg_loss = compute_policy_gradient_loss(logits, actions, pg_advantages)
+    baseline_loss = config.baseline_cost * compute_baseline_loss(baseline_advantages)
     entropy_loss = config.entropy_cost * compute_entropy_loss(logits)
     total_loss = pg_loss + baseline_loss + entropy_loss
     policy_entropy = -compute_entropy_loss(logits) / tf.cast(tf.size(done), tf.float32)
@@ -159,7 +184,10 @@ def compute_loss(
 
 
 def build_update(
-    total_loss: tf.Tensor, variables: list, config: LearnerConfig
+    total_loss: tf.Tensor,
+    variables: list,
+    config: LearnerConfig,
+    after_step=None,
 ) -> Update:
     """One optimiser step on `total_loss` over `variables`.
 
@@ -168,7 +196,9 @@ def build_update(
     gradient fails the step before any variable changes (guard_finite_update);
     gradients are clipped to config.max_grad_norm when it is positive. The
     global step (created here if needed) counts environment frames: each
-    update adds config.frames_per_update.
+    update adds config.frames_per_update. `after_step`: optional () -> op,
+    built under a dependency on the optimiser step and run before the frame
+    count moves (PopArt's statistics update).
     """
     num_env_frames = tf.compat.v1.train.get_or_create_global_step()
     learning_rate = tf.compat.v1.train.polynomial_decay(
@@ -190,6 +220,9 @@ def build_update(
     train_op = optimizer.apply_gradients(zip(gradients, variables, strict=True))
 
     # The update and the frame count move together: global step = frames.
+    if after_step is not None:
+        with tf.control_dependencies([train_op]):
+            train_op = after_step()
     with tf.control_dependencies([train_op]):
         train_and_count = num_env_frames.assign_add(config.frames_per_update)
     return Update(train_and_count, num_env_frames, learning_rate, global_norm)
@@ -201,6 +234,7 @@ def build_learner(
     env_outputs: StepOutput,
     agent_outputs: agent_lib.AgentOutput,
     config: LearnerConfig,
+    level_name: tf.Tensor | None = None,
 ) -> LearnerOutputs:
     """The agent unrolled over a time-major batch, its loss and one update.
 
@@ -209,6 +243,8 @@ def build_learner(
       env_outputs: StepOutput of [T + 1, B, ...] tensors.
       agent_outputs: AgentOutput of [T + 1, B, ...] (the actors' outputs).
       config: LearnerConfig.
+      level_name: [B] string, each unroll's level; needed with config.popart
+        (the statistics variables popart/* are created here then).
 
     Returns:
       LearnerOutputs: train_and_count (runs the update, then returns the new
@@ -218,9 +254,21 @@ def build_learner(
       vtrace_returns (vtrace.VTraceFromLogitsReturns, [T, B] each).
     """
     learner_outputs, _ = agent.unroll(agent_outputs.action, env_outputs, agent_state)
-    loss = compute_loss(learner_outputs, agent_outputs, env_outputs, config)
+    popart, popart_batch, after_step = None, None, None
+    if config.popart:
+        popart = popart_lib.PopArt(config.level_names, config.popart_beta)
+        popart_batch = popart.batch(level_name)
+    loss = compute_loss(
+        learner_outputs, agent_outputs, env_outputs, config, popart_batch
+    )
     losses, vtrace_returns = loss.losses, loss.vtrace_returns
-    update = build_update(losses.total, agent.trainable_variables, config)
+    if popart is not None:
+        head = agent.value_head
+
+        def after_step():
+            return popart.update(vtrace_returns.vs, popart_batch, head.w, head.b)
+
+    update = build_update(losses.total, agent.trainable_variables, config, after_step)
 
     summary = tf.compat.v1.summary
     summary.scalar("learning_rate", update.learning_rate)
@@ -236,6 +284,8 @@ def build_learner(
     summary.scalar(
         "vtrace/mean_abs_log_rho", tf.reduce_mean(tf.abs(vtrace_returns.log_rhos))
     )
+    if popart is not None:
+        popart.summaries()
     return LearnerOutputs(
         train_and_count=update.train_and_count,
         done=env_outputs.done[1:],

@@ -71,7 +71,12 @@ def build_learner_pipeline(
         stage_op = area.put(flat)
         batch = tf.nest.pack_sequence_as(specs, area.get())
         learner = learner_lib.build_learner(
-            agent, batch.agent_state, batch.env_outputs, batch.agent_outputs, config
+            agent,
+            batch.agent_state,
+            batch.env_outputs,
+            batch.agent_outputs,
+            config,
+            batch.level_name,
         )
     return LearnerPipeline(
         batch=batch, learner=learner, stage_op=stage_op, queue_size=queue.size()

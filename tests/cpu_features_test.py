@@ -3,6 +3,9 @@ the same on every machine), and in experiment.py's flag path."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from run_helpers import run_command_line
 
@@ -63,3 +66,68 @@ def test_experiment_warns_once_for_emulated_bfloat16(
     assert code == 2  # no checkpoint to test
     ours = [w for w in warnings if w.startswith("--torso_dtype=bfloat16")]
     assert len(ours) == (1 if warns else 0), warnings
+
+
+# -- oneDNN and the torso's dtype: fast settings chosen, never over the user's ---
+
+
+def test_onednn_is_turned_on_on_x86_64_unless_the_user_chose():
+    environ = {}
+    line = cpu_features.default_onednn(environ, "x86_64")
+    assert environ == {"TF_ENABLE_ONEDNN_OPTS": "1"}
+    assert "TF_ENABLE_ONEDNN_OPTS=0 turns them off" in line
+    chosen = {"TF_ENABLE_ONEDNN_OPTS": "0"}
+    assert cpu_features.default_onednn(chosen, "x86_64") is None
+    assert chosen == {"TF_ENABLE_ONEDNN_OPTS": "0"}
+    other = {}
+    assert cpu_features.default_onednn(other, "aarch64") is None and other == {}
+
+
+def test_experiment_turns_onednn_on_before_tensorflow_unless_the_user_chose():
+    """As a user runs it (no TF_ENABLE_ONEDNN_OPTS): importing experiment.py
+    sets the variable before TensorFlow is imported, and keeps the line that
+    training logs; with the user's own value, that value stays and there is
+    nothing to log."""
+    import platform
+
+    from newcomer_test import user_environ
+    from run_helpers import REPO_ROOT
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip("the project turns oneDNN on by default on x86-64 only")
+    probe = (
+        "import os, experiment, tensorflow;"
+        "from tensorflow.python.util import _pywrap_util_port as port;"
+        "print('SEEN', os.environ.get('TF_ENABLE_ONEDNN_OPTS'),"
+        " port.IsMklEnabled(), bool(experiment.ONEDNN_CHOICE))"
+    )
+    cases = (
+        (user_environ(), "SEEN 1 True True"),
+        (user_environ(TF_ENABLE_ONEDNN_OPTS="0"), "SEEN 0 False False"),
+    )
+    for env, expected in cases:
+        result = subprocess.run(
+            [sys.executable, "-c", probe],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+        assert expected in result.stdout, result.stdout + result.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    "flags,expected",
+    [
+        (frozenset({"avx2", "avx512_bf16"}), "bfloat16"),
+        (frozenset({"avx2", "amx_bf16"}), "bfloat16"),
+        (frozenset({"avx2", "fma"}), "float32"),
+        (frozenset(), "float32"),
+    ],
+)
+def test_torso_dtype_auto_picks_what_the_cpu_computes_natively(flags, expected):
+    dtype, why = cpu_features.choose_torso_dtype("auto", flags)
+    assert dtype == expected and why.startswith(f"--torso_dtype=auto: {expected}")
+    assert cpu_features.choose_torso_dtype("bfloat16", flags) == ("bfloat16", None)
+    assert cpu_features.choose_torso_dtype("float32", flags) == ("float32", None)

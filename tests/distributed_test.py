@@ -33,6 +33,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 import tensorflow as tf
 from run_helpers import small_config
@@ -346,6 +347,9 @@ def assert_exit_0(tasks: Tasks, name: str, process: subprocess.Popen, timeout):
         # A feed-forward agent (no core state in the unrolls) with a bfloat16
         # torso, on the learner and the actor tasks alike.
         (2, ["--use_lstm=false", "--torso_dtype=bfloat16"]),
+        # PopArt on two games, one actor task each: the level of each
+        # trajectory travels with it to the learner's statistics.
+        (1, ["--level_name=atari/pong,atari/breakout", "--popart"]),
     ],
 )
 def test_launcher_trains_a_learner_and_two_actors_to_the_target(
@@ -390,6 +394,13 @@ def test_launcher_trains_a_learner_and_two_actors_to_the_target(
     # 2,000 frames alone, so not every actor need have sent one.
     assert sent and set(sent) == {str(envs_per_actor)}, sent
     assert saved_frames(logdir) >= 2000
+    if "--popart" in agent_flags:
+        reader = tf.train.load_checkpoint(logdir)
+        assert reader.get_tensor("popart/mean").shape == (2,)
+        assert reader.get_tensor("agent/baseline/w").shape == (256, 2)
+        # At least one game's trajectories reached the learner (on a loaded
+        # machine one actor task may start after the other finished).
+        assert np.any(reader.get_tensor("popart/second_moment") != 1.0)
 
 
 def _saves(text: str, completed: bool = True) -> list[int]:

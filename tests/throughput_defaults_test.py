@@ -1,0 +1,111 @@
+"""A family's throughput defaults (EnvironmentFamily.throughput_defaults):
+an Atari run that sets no layout flag gets the fastest measured layout for
+its agent and says so in its first log line; any layout flag on the command
+line, test mode, a cluster task and a family without defaults keep the
+flags' own values (the paper's)."""
+
+from __future__ import annotations
+
+import pytest
+
+import config
+import experiment
+
+LAYOUT = config.LAYOUT_SETTINGS
+
+
+def config_for(*args: str):
+    flags = experiment.parse_flags(["experiment.py", *args])
+    experiment.validate_flags(flags)
+    return experiment.config_from_flags(flags)
+
+
+def layout_of(config) -> dict:
+    run, learner = config.run, config.learner
+    return dict(
+        num_actors=run.num_actors,
+        envs_per_actor=run.envs_per_actor,
+        envs_per_process=run.envs_per_process,
+        batch_size=learner.batch_size,
+        unroll_length=learner.unroll_length,
+    )
+
+
+FLAG_DEFAULTS = dict(
+    num_actors=4, envs_per_actor=1, envs_per_process=1, batch_size=2, unroll_length=100
+)
+
+
+@pytest.mark.parametrize(
+    "agent,expected",
+    [
+        (
+            "shallow",
+            dict(
+                num_actors=8,
+                envs_per_actor=8,
+                envs_per_process=8,
+                batch_size=8,
+                unroll_length=20,
+            ),
+        ),
+        (
+            "deep",
+            dict(
+                num_actors=8,
+                envs_per_actor=4,
+                envs_per_process=4,
+                batch_size=32,
+                unroll_length=20,
+            ),
+        ),
+    ],
+)
+def test_an_atari_run_without_layout_flags_gets_the_familys_fastest_layout(
+    agent, expected
+):
+    config = config_for("--level_name=atari/pong", f"--agent={agent}")
+    assert layout_of(config) == expected
+    summary = config.summary()
+    assert f"Atari's throughput defaults for the {agent} agent (" in summary
+    assert "--num_actors=8" in summary and "no layout flag given" in summary
+
+
+@pytest.mark.parametrize("given", LAYOUT)
+def test_any_layout_flag_keeps_the_flags_own_defaults(given):
+    value = {"envs_per_process": 1}.get(given, 3)
+    config = config_for(
+        "--level_name=atari/pong", "--agent=shallow", f"--{given}={value}"
+    )
+    assert layout_of(config) == dict(FLAG_DEFAULTS, **{given: value})
+    assert "throughput defaults" not in config.summary()
+
+
+def test_a_family_without_defaults_keeps_the_flags_defaults():
+    config = config_for("--level_name=vizdoom/basic", "--agent=shallow")
+    assert layout_of(config) == FLAG_DEFAULTS
+
+
+def test_test_mode_and_cluster_tasks_keep_the_flags_defaults(tmp_path, monkeypatch):
+    test = config_for("--mode=test", "--level_name=atari/pong", f"--logdir={tmp_path}")
+    assert layout_of(test) == FLAG_DEFAULTS
+    monkeypatch.setenv(
+        "TF_CONFIG",
+        '{"cluster": {"learner": ["localhost:1"], "actor": ["localhost:2"]}, '
+        '"task": {"type": "learner", "index": 0}}',
+    )
+    task = config_for("--level_name=atari/pong", "--agent=shallow")
+    assert layout_of(task) == FLAG_DEFAULTS
+
+
+def test_torso_dtype_auto_is_resolved_and_said(monkeypatch):
+    import cpu_features
+
+    monkeypatch.setattr(cpu_features, "cpu_flags", lambda: frozenset({"avx2"}))
+    config = config_for("--level_name=atari/pong", "--agent=deep", "--torso_dtype=auto")
+    assert config.agent.torso_dtype == "float32"
+    assert "--torso_dtype=auto: float32, this CPU has no bfloat16" in config.summary()
+    monkeypatch.setattr(cpu_features, "cpu_flags", lambda: frozenset({"avx512_bf16"}))
+    config = config_for("--level_name=atari/pong", "--agent=deep", "--torso_dtype=auto")
+    assert config.agent.torso_dtype == "bfloat16"
+    assert "(bfloat16 torso)" in config.summary()
