@@ -125,19 +125,18 @@ class PopArt:
         self.beta = beta
         num_levels = len(self.run_levels)
         with tf.compat.v1.variable_scope("popart"):
-            self.mean = tf.compat.v1.get_variable(
-                "mean",
-                [num_levels],
-                tf.float32,
-                tf.compat.v1.zeros_initializer(),
-                trainable=False,
-            )
-            self.second_moment = tf.compat.v1.get_variable(
-                "second_moment",
-                [num_levels],
-                tf.float32,
-                tf.compat.v1.ones_initializer(),
-                trainable=False,
+            self.mean, self.second_moment = (
+                tf.compat.v1.get_variable(
+                    name,
+                    [num_levels],
+                    tf.float32,
+                    initializer,
+                    trainable=False,
+                )
+                for name, initializer in (
+                    ("mean", tf.compat.v1.zeros_initializer()),
+                    ("second_moment", tf.compat.v1.ones_initializer()),
+                )
             )
 
     @property

@@ -54,9 +54,12 @@ def batch(seed: int) -> dict:
     )
 
 
-def run_loss(data: dict, learner_config: LearnerConfig) -> dict:
+def run_loss(data: dict, learner_config: LearnerConfig, popart: bool = False) -> dict:
     """compute_loss on `data`, its terms and their gradients with respect to
-    the learner's logits and baselines, as NumPy."""
+    the learner's logits and baselines, as NumPy. With `popart`, `data` also
+    holds the PopArtBatch's level_ids, mean and scale (popart_test.py)."""
+    import popart as popart_lib
+
     with tf.Graph().as_default():
         logits = tf.constant(data["learner_logits"], tf.float32)
         baseline = tf.constant(data["baseline"], tf.float32)
@@ -71,8 +74,15 @@ def run_loss(data: dict, learner_config: LearnerConfig) -> dict:
             tf.constant(data["done"]),
             None,
         )
+        stats = None
+        if popart:
+            stats = popart_lib.PopArtBatch(
+                tf.constant(data["level_ids"]),
+                tf.constant(data["mean"], tf.float32),
+                tf.constant(data["scale"], tf.float32),
+            )
         out = learner_lib.compute_loss(
-            learner_outputs, agent_outputs, env_outputs, learner_config
+            learner_outputs, agent_outputs, env_outputs, learner_config, stats
         )
         losses = out.losses
         fetches = {

@@ -16,10 +16,7 @@ from loss_test import A, B, T, config, numpy_loss, run_loss
 from loss_test import batch as loss_batch
 from vtrace_test import numpy_log_softmax, numpy_vtrace
 
-import agent as agent_lib
-import learner as learner_lib
 import popart
-from environment_specs import StepOutput
 
 L = 2  # levels in the batch
 LEVELS = ("atari/pong", "atari/seaquest")
@@ -40,45 +37,12 @@ def popart_batch_data(seed: int) -> dict:
 
 
 def run_popart_loss(data: dict, learner_config) -> dict:
-    """compute_loss with a PopArtBatch, its terms and their gradients with
-    respect to the logits and the normalised values, as NumPy."""
-    with tf.Graph().as_default():
-        logits = tf.constant(data["learner_logits"], tf.float32)
-        values = tf.constant(data["baseline"], tf.float32)
-        actions = tf.constant(data["actions"])
-        learner_outputs = agent_lib.AgentOutput(actions, logits, values)
-        agent_outputs = agent_lib.AgentOutput(
-            actions, tf.constant(data["behaviour_logits"], tf.float32), values
-        )
-        env_outputs = StepOutput(
-            tf.constant(data["rewards"], tf.float32),
-            None,
-            tf.constant(data["done"]),
-            None,
-        )
-        stats = popart.PopArtBatch(
-            tf.constant(data["level_ids"]),
-            tf.constant(data["mean"], tf.float32),
-            tf.constant(data["scale"], tf.float32),
-        )
-        out = learner_lib.compute_loss(
-            learner_outputs, agent_outputs, env_outputs, learner_config, stats
-        )
-        fetches = {
-            "total": out.losses.total,
-            "policy_gradient": out.losses.policy_gradient,
-            "baseline": out.losses.baseline,
-            "entropy": out.losses.entropy,
-            "vs": out.vtrace_returns.vs,
-        }
-        for name in ("total", "policy_gradient", "baseline"):
-            d_logits, d_values = tf.gradients(
-                fetches[name], [logits, values], unconnected_gradients="zero"
-            )
-            fetches[f"d_{name}/d_logits"] = d_logits
-            fetches[f"d_{name}/d_values"] = d_values
-        with tf.compat.v1.Session() as session:
-            return session.run(fetches)
+    """loss_test.run_loss with a PopArtBatch: the terms and their gradients
+    with respect to the logits and the normalised values ("d_values")."""
+    got = run_loss(data, learner_config, popart=True)
+    return {
+        key.replace("/d_baseline", "/d_values"): value for key, value in got.items()
+    }
 
 
 def numpy_popart_loss(data: dict, learner_config) -> dict:
