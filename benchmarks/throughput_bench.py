@@ -38,6 +38,8 @@ monobeast_settings and profile in turn), each named for what it varies:
                       8 x 8 bfloat16
   tested_commands     the tested command lines of flagfiles/ (pong_shallow,
                       pong_deep), read from their flag files
+  defaults            a run given only --agent (Atari's throughput defaults)
+                      against the agent's best documented setting
   With `--baseline_code=git:REV` (any part) each configuration also runs on
   the code at REV, first (before/after a fix, interleaved); with --alternate
   every other round runs the current code first. A configuration whose
@@ -73,6 +75,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
+
+import config as config_lib  # noqa: E402 - common put the repository on the path
 
 RESULTS_DIR = os.path.join(common.REPO, "benchmarks", "results")
 PLOTS_DIR = os.path.join(common.REPO, "benchmarks", "plots")
@@ -286,6 +290,31 @@ def flagfile_config(path: str) -> dict:
 PARTS["tested_commands"] = [flagfile_config(path) for path in TESTED_FLAGFILES]
 
 
+def _family_defaults(agent: str, **flags) -> dict:
+    """A run given only --agent (and `flags`): no layout flag, so Atari's
+    throughput defaults apply; the layout is recorded for the table but not
+    passed (flags_for drops it)."""
+    import atari
+
+    return dict(
+        agent=agent,
+        dynamic_batching=True,
+        family_defaults=True,
+        **flags,
+        **atari.FAMILY.throughput_defaults(agent),
+    )
+
+
+# A run with no throughput flags against the best documented setting of its
+# agent, in one invocation.
+PARTS["defaults"] = [
+    _family_defaults("shallow"),
+    _shared("shallow", 8, 8, 8),
+    _family_defaults("deep", torso_dtype="auto"),
+    dict(_shared("deep", 8, 4, 4), batch_size=32, torso_dtype="auto"),
+]
+
+
 def export_git_revision(revision: str) -> str:
     """The repository's top-level files at `revision`, in a temporary dir."""
     import tempfile
@@ -315,6 +344,9 @@ def flags_for(config: dict) -> dict:
     flags = dict(config, total_environment_frames=10**12)
     flags.pop("env", None)
     flags.pop("flagfile", None)  # its flags are in the configuration
+    if flags.pop("family_defaults", False):
+        for name in config_lib.LAYOUT_SETTINGS:
+            flags.pop(name, None)
     flags["dynamic_batching"] = str(flags["dynamic_batching"]).lower()
     return flags
 
@@ -556,6 +588,8 @@ def table(result: dict) -> str:
             agent += f" ({c['torso_dtype']})"
         if c.get("flagfile"):
             agent += f", {os.path.basename(c['flagfile'])}"
+        if c.get("family_defaults"):
+            agent += ", no layout flags (Atari's defaults)"
         ratio = ""
         if c["dynamic_batching"]:
             other = by_key.get(key(run, False))

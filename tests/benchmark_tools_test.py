@@ -68,3 +68,20 @@ def test_every_record_names_its_part():
             record = json.load(f)
         if "part" in record:
             assert record["part"] in throughput_bench.PARTS, path
+
+
+def test_defaults_part_passes_no_layout_flag_and_compares_with_the_best_setting():
+    family_default, best = throughput_bench.PARTS["defaults"][:2]
+    flags = throughput_bench.flags_for(family_default)
+    assert not set(flags) & {
+        "num_actors",
+        "envs_per_actor",
+        "envs_per_process",
+        "batch_size",
+        "unroll_length",
+    }
+    # What the run gets (recorded for the table) is the layout it is
+    # compared with.
+    assert {k: family_default[k] for k in ("num_actors", "batch_size")} == {
+        k: best[k] for k in ("num_actors", "batch_size")
+    }
