@@ -288,6 +288,7 @@ def main():
     parser.add_argument(
         "--results", default="", help="also write a markdown table here"
     )
+    common.add_json_argument(parser)
     args = parser.parse_args()
     thread_counts = [int(t) for t in args.threads.split(",")]
     models = args.models.split(",")
@@ -310,6 +311,9 @@ def main():
     if args.results:
         with open(args.results, "w") as f:
             f.write(table)
+    common.write_json(
+        args.json, {"argv": sys.argv[1:], "rows": rows, "ceilings": ceilings}
+    )
 
 
 if __name__ == "__main__":

@@ -66,6 +66,22 @@ def machine_info() -> dict:
     }
 
 
+def add_json_argument(parser) -> None:
+    """--json PATH: where a benchmark writes its record (machine included)."""
+    parser.add_argument(
+        "--json", default=None, help="also write the figures to this JSON file"
+    )
+
+
+def write_json(path: str | None, record: dict) -> None:
+    """Writes `record` with this machine's facts to `path` (None: nothing)."""
+    if path is None:
+        return
+    with open(path, "w") as f:
+        json.dump({"machine": machine_info(), **record}, f, indent=1, default=str)
+    print(f"Wrote {path}")
+
+
 def loadavg() -> float:
     """The 1-minute load average."""
     return os.getloadavg()[0]

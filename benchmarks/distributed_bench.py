@@ -42,6 +42,9 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "tests"))
+sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+import common  # noqa: E402
+
 FLAGS = [
     "--level_name=atari/pong",
     "--agent=shallow",
@@ -240,6 +243,7 @@ def main() -> None:
         "'--batch_size=8 --envs_per_actor=8 --envs_per_process=8' (single and "
         "distributed kinds)",
     )
+    common.add_json_argument(parser)
     args = parser.parse_args()
     extra = tuple(args.extra_flags.split())
     counts = [int(n) for n in args.actors.split(",")]
@@ -280,6 +284,16 @@ def main() -> None:
                 f"{record['actor_tx_bytes_per_unroll'] / 1e6:.3f} MB",
             ]
         print(f"| {n} | " + " | ".join(cells) + " |")
+    common.write_json(
+        args.json,
+        {
+            "flags": [*FLAGS, *extra],
+            "runs": [
+                {"actors": n, "kind": kind, **record}
+                for (n, kind), record in rows.items()
+            ],
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -264,6 +264,7 @@ def main() -> None:
         default=3,
         help="interleaved rounds; the table shows the median and the best round",
     )
+    common.add_json_argument(parser)
     args = parser.parse_args()
 
     print(f"date: {datetime.date.today().isoformat()}")
@@ -326,6 +327,19 @@ def main() -> None:
         print(f"\nload average after: {os.getloadavg()[0]:.2f} (1 min)")
     except OSError:
         pass
+    common.write_json(
+        args.json,
+        {
+            "game": args.game,
+            "resize_us_per_frame": {
+                name: min(r[i][1] for r in resize_rounds) * 1e6
+                for i, (name, _, _) in enumerate(resize_rounds[0])
+            },
+            "frames_per_s": {
+                name: fps for (name, _), fps in zip(configs, results, strict=True)
+            },
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -167,6 +167,7 @@ def main():
     parser.add_argument(
         "--starts", type=int, default=5, help="child starts measured per start method"
     )
+    common.add_json_argument(parser)
     args = parser.parse_args()
 
     import numpy as np
@@ -252,6 +253,23 @@ def main():
     show("multiprocessing spawn (re-imports this TF-free __main__)", starts["spawn"])
     print(f"  {'fresh interpreter: import tensorflow':<58}{tf_import:6.3f}")
     print(f"\nPyProcess child resident memory: {child_rss:.0f} MiB")
+    common.write_json(
+        args.json,
+        {
+            "round_trips_per_s": [
+                dict(
+                    zip(("op", "py_func", "py_process", "pipe_only"), row, strict=True)
+                )
+                for row in rows
+            ],
+            "two_threads_frames_runs_per_s": two_threads,
+            "start_s": starts,
+            "start_all_8_s": parallel_8,
+            "forkserver_first_s": forkserver_first,
+            "tensorflow_import_s": tf_import,
+            "child_rss_mib": child_rss,
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -25,7 +25,9 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import common  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
@@ -111,7 +113,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--min_seconds", type=float, default=0.3)
+    common.add_json_argument(parser)
     args = parser.parse_args()
+    rows = []
 
     print(
         f"tensorflow {tf.__version__}, numpy {np.__version__}, "
@@ -132,6 +136,10 @@ def main() -> None:
             f"| {tf_ms / np_ms:.1f}x | {empty_ms:.3f} |",
             flush=True,
         )
+        rows.append(
+            dict(T=num_steps, B=batch, tf_ms=tf_ms, numpy_ms=np_ms, empty_ms=empty_ms)
+        )
+    common.write_json(args.json, {"rows": rows})
 
 
 if __name__ == "__main__":
