@@ -180,3 +180,32 @@ def test_resuming_a_popart_run_without_popart_names_the_flag(trained):
     assert result.returncode == 2, result.stderr[-3000:]
     assert "its checkpoint was trained with --popart" in result.stderr
     assert "Add --popart to resume it" in result.stderr
+
+
+@pytest.mark.parametrize("suite,num_levels", [("atari57", 57), ("dmlab30", 30)])
+def test_a_suite_gets_one_value_and_one_statistic_per_level(
+    suite, num_levels, monkeypatch
+):
+    """The learner graph of a PopArt run on a whole suite (built, not run):
+    DMLab-30 through the DeepMind Lab stand-in where the real one is absent."""
+    from dmlab_helpers import STANDIN_DIR
+
+    import experiment
+
+    monkeypatch.syspath_prepend(STANDIN_DIR)
+    flags = experiment.parse_flags(
+        ["experiment.py", f"--level_name={suite}", "--agent=shallow", "--popart"]
+    )
+    config = experiment.config_from_flags(flags)
+    assert config.agent.num_values == num_levels
+    assert config.learner.level_names == config.environment.level_names
+    with tf.Graph().as_default():
+        agent = actors.create_agent(config.agent)
+        specs = actors.actor_output_specs(
+            config.environment, config.agent, config.learner.unroll_length
+        )
+        queue = pipeline.create_queue(specs)
+        pipeline.build_learner_pipeline(agent, queue, specs, config.learner, "/cpu:0")
+        shapes = {v.op.name: v.shape.as_list() for v in tf.compat.v1.global_variables()}
+    assert shapes["popart/mean"] == [num_levels]
+    assert shapes["agent/baseline/w"][-1] == num_levels
