@@ -171,6 +171,8 @@ def plot(root: str, window: int = 100) -> None:
             entry["training_final_rolling_mean"][game] = returns[-1]
             entry["frames"] = max(entry.get("frames", 0), episodes[-1].frames)
             ax.plot(frames, returns, label=f"{arm} ({' '.join(flags)})")
+        if "--popart" in flags:
+            entry["popart_statistics"] = popart_statistics(logdir, games)
         record["arms"][arm] = entry
     for ax, game in zip(axes, games, strict=True):
         ax.set_title(game, fontsize=10)
@@ -190,6 +192,21 @@ def plot(root: str, window: int = 100) -> None:
         json.dump(record, f, indent=1)
     print(f"Wrote {PLOT} and {RECORD}")
     print(table(record))
+
+
+def popart_statistics(logdir: str, games: list[str]) -> dict:
+    """Each game's mean and scale in the run's newest checkpoint."""
+    import tensorflow as tf
+
+    import popart
+
+    reader = tf.train.load_checkpoint(logdir)
+    mean = reader.get_tensor("popart/mean")
+    scale = popart.scale_from_moments(mean, reader.get_tensor("popart/second_moment"))
+    return {
+        game: {"mean": float(m), "scale": float(s)}
+        for game, m, s in zip(games, mean, scale, strict=True)
+    }
 
 
 def table(record: dict) -> str:
@@ -214,6 +231,16 @@ def table(record: dict) -> str:
             + f" | {scores.get('median', float('nan')):.1f} "
             f"| {scores.get('mean', float('nan')):.1f} | {minutes} |"
         )
+    for arm, entry in record["arms"].items():
+        if "popart_statistics" in entry:
+            lines.append("")
+            lines.append(
+                f"{arm}: statistics at the end: "
+                + ", ".join(
+                    f"{g} mean {s['mean']:.2f}, scale {s['scale']:.2f}"
+                    for g, s in entry["popart_statistics"].items()
+                )
+            )
     return "\n".join(lines)
 
 
