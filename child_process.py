@@ -89,6 +89,60 @@ _log = logging.getLogger(__name__)
 # and recv() raises EOFError); this bounds the delay when the pipe stays open, e.g.
 # when the environment library forked a helper that inherited the descriptor.
 _POLL_INTERVAL_S = 0.5
+
+
+class _CutShort(Exception):
+    """A message began but did not end by the deadline: the child stopped
+    while it wrote (the pipe cannot be read in step after that)."""
+
+
+def _read_exactly(fd: int, size: int, deadline: float | None) -> bytes | None:
+    """`size` bytes from `fd`; None when `deadline` passes before the first
+    byte, _CutShort when it passes after it, EOFError when the other end
+    closes."""
+    import select
+
+    chunks, left = [], size
+    while left:
+        wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+        readable, _, _ = select.select([fd], [], [], wait)
+        if not readable:
+            if left == size:
+                return None
+            raise _CutShort
+        chunk = os.read(fd, left)
+        if not chunk:
+            raise EOFError
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _read_message(conn, deadline: float | None) -> bytes | None:
+    """One message of a multiprocessing Connection (what send_bytes wrote: a
+    4-byte big-endian length, -1 then an 8-byte one for huge messages, then
+    the bytes), or None when `deadline` passes before it begins. Above 16 KiB
+    (an observation's size) send_bytes writes the length and the bytes
+    apart, and conn.recv_bytes would wait without end on a child stopped in
+    between: a hung child must be noticed even then (_CutShort)."""
+    import struct
+
+    fd = conn.fileno()
+    header = _read_exactly(fd, 4, deadline)
+    if header is None:
+        return None
+    (size,) = struct.unpack("!i", header)
+    if size == -1:
+        longer = _read_exactly(fd, 8, deadline)
+        if longer is None:
+            raise _CutShort
+        (size,) = struct.unpack("!Q", longer)
+    payload = _read_exactly(fd, size, deadline) if size else b""
+    if payload is None:
+        raise _CutShort
+    return payload
+
+
 # close(): how long the child may take to run the object's close() and exit before
 # SIGTERM, and then before SIGKILL.
 _CLOSE_TIMEOUT_S = 10.0
@@ -450,7 +504,12 @@ class _Child:
                 wait = max(0.0, min(wait, deadline - time.monotonic()))
             try:
                 if self.conn.poll(wait):
-                    return pickle.loads(self.conn.recv_bytes())
+                    message = _read_message(self.conn, deadline)
+                    if message is not None:
+                        return pickle.loads(message)
+            except _CutShort:
+                self.kill(f"killed after no answer for {timeout:g} s")
+                raise self._gone(activity) from None
             except (EOFError, OSError):
                 raise self._gone(activity) from None
             if deadline is not None and time.monotonic() >= deadline:

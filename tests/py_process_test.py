@@ -700,3 +700,31 @@ def test_a_constructor_that_raises_is_not_started_again(monkeypatch):
     with pytest.raises(py_process.PyProcessRemoteError):
         py_process.start_all([process])
     assert len(launches) == 1
+
+
+def test_a_message_cut_short_by_a_stopped_child_ends_at_the_deadline():
+    """A child stopped after the length of a big message and before its
+    bytes (send_bytes writes them apart above 16 KiB): the parent's read
+    ends at the call's deadline instead of waiting for ever; a whole message
+    reads back, and nothing at all is a plain timeout (None)."""
+    import struct
+    import time
+    from multiprocessing import connection
+
+    import child_process
+
+    parent, child = connection.Pipe(duplex=True)
+    try:
+        payload = b"x" * 100_000
+        child.send_bytes(payload)
+        assert child_process._read_message(parent, time.monotonic() + 5) == payload
+        assert child_process._read_message(parent, time.monotonic() + 0.1) is None
+        # The length alone, as a child stopped mid-message leaves it.
+        os.write(child.fileno(), struct.pack("!i", len(payload)))
+        start = time.monotonic()
+        with pytest.raises(child_process._CutShort):
+            child_process._read_message(parent, time.monotonic() + 0.3)
+        assert time.monotonic() - start < 5
+    finally:
+        parent.close()
+        child.close()
