@@ -129,7 +129,7 @@ flags.DEFINE_float("discounting", 0.99, "Discounting factor.")
 flags.DEFINE_enum(
     "reward_clipping",
     "abs_one",
-    ["abs_one", "soft_asymmetric", "none"],
+    list(learner_lib.REWARD_CLIPPINGS),
     "Reward clipping (none: rewards as they are, what --popart is for).",
 )
 flags.DEFINE_bool("popart", False, "PopArt value normalisation per level (popart.py).")

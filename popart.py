@@ -26,8 +26,8 @@ The statistics are the learner's variables `popart/mean` and
 `popart/second_moment` [L]: checkpointed with the rest, restored on resume.
 Test mode does not need them (it acts from the policy only).
 
-The NumPy functions are the reference the TensorFlow ones are tested
-against.
+`scale_from_moments` also takes NumPy arrays (tests and benchmarks read
+checkpointed statistics with it).
 """
 
 from __future__ import annotations
@@ -70,40 +70,32 @@ def level_ids(level_names: tf.Tensor, run_levels: Sequence[str]) -> tf.Tensor:
         return tf.argmax(tf.cast(matches, tf.int32), axis=1, output_type=tf.int32)
 
 
-def batch_moments(vs, ids, num_levels: int):
-    """Per-level means of vs and vs^2 over time and the level's trajectories
-    (NumPy or TF): vs [T, B], ids [B] -> (mean [L], second moment [L],
-    count [L] of trajectories)."""
-    if isinstance(vs, tf.Tensor):
-        per_trajectory = tf.reduce_mean(vs, axis=0)
-        per_trajectory_sq = tf.reduce_mean(tf.square(vs), axis=0)
-        count = tf.math.unsorted_segment_sum(
-            tf.ones_like(per_trajectory), ids, num_levels
-        )
-        safe = tf.maximum(count, 1.0)
-        mean = tf.math.unsorted_segment_sum(per_trajectory, ids, num_levels) / safe
-        second = tf.math.unsorted_segment_sum(per_trajectory_sq, ids, num_levels) / safe
-        return mean, second, count
-    vs = np.asarray(vs, np.float64)
-    count = np.bincount(ids, minlength=num_levels).astype(np.float64)
-    safe = np.maximum(count, 1.0)
-    mean = np.bincount(ids, vs.mean(axis=0), minlength=num_levels) / safe
-    second = np.bincount(ids, (vs**2).mean(axis=0), minlength=num_levels) / safe
+def batch_moments(vs: tf.Tensor, ids: tf.Tensor, num_levels: int):
+    """Per-level means of vs and vs^2 over time and the level's trajectories:
+    vs [T, B], ids [B] -> (mean [L], second moment [L], count [L] of
+    trajectories)."""
+    per_trajectory = tf.reduce_mean(vs, axis=0)
+    per_trajectory_sq = tf.reduce_mean(tf.square(vs), axis=0)
+    count = tf.math.unsorted_segment_sum(tf.ones_like(per_trajectory), ids, num_levels)
+    safe = tf.maximum(count, 1.0)
+    mean = tf.math.unsorted_segment_sum(per_trajectory, ids, num_levels) / safe
+    second = tf.math.unsorted_segment_sum(per_trajectory_sq, ids, num_levels) / safe
     return mean, second, count
 
 
 def updated_moments(mean, second_moment, batch_mean, batch_second, count, beta):
-    """The statistics after one step (NumPy or TF): levels with count > 0
-    move by `beta` towards the batch's moments; the others stay."""
-    where = tf.where if isinstance(mean, tf.Tensor | tf.Variable) else np.where
+    """The statistics after one step: levels with count > 0 move by `beta`
+    towards the batch's moments; the others stay."""
     new_mean = (1.0 - beta) * mean + beta * batch_mean
     new_second = (1.0 - beta) * second_moment + beta * batch_second
     present = count > 0
-    return where(present, new_mean, mean), where(present, new_second, second_moment)
+    return tf.where(present, new_mean, mean), tf.where(
+        present, new_second, second_moment
+    )
 
 
 def preserved_head(w, b, old_mean, old_scale, new_mean, new_scale):
-    """The value head's weights w [H, L] and bias b [L] (NumPy or TF) whose
+    """The value head's weights w [H, L] and bias b [L] whose
     unnormalised outputs under the new statistics equal the old ones'."""
     ratio = old_scale / new_scale
     return w * ratio, (old_scale * b + old_mean - new_mean) / new_scale
