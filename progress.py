@@ -165,7 +165,7 @@ def results_table(results: dict) -> str:
                 level,
                 str(len(record["returns"])),
                 f"{record['mean_return']:.2f}",
-                "-" if score is None else f"{score:.1f}",
+                "-" if score is None else _one_decimal(score),
             )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
@@ -178,5 +178,14 @@ def results_table(results: dict) -> str:
     ]
     lines.insert(1, "  ".join("-" * width for width in widths))
     for name, value in results.get("human_normalized", {}).items():
-        lines.append(f"{results['level_name']} human-normalised {name}: {value:.1f} %")
+        lines.append(
+            f"{results['level_name']} human-normalised {name}: {_one_decimal(value)} %"
+        )
     return "\n".join(lines)
+
+
+def _one_decimal(value: float) -> str:
+    # A score a hair below zero (an agent at random level) rounds to "-0.0",
+    # which reads as a sign that means something; it does not.
+    text = f"{value:.1f}"
+    return "0.0" if text == "-0.0" else text

@@ -290,7 +290,7 @@ def test_dmlab30_test_mode_opens_the_hold_out_levels_and_scores_them(
     assert set(results["human_normalized"]) == {"no_cap", "cap_100"}
     rows = [ln.split()[0] for ln in test.stdout.splitlines() if ln.startswith("contr")]
     assert sorted(rows) == sorted(test_levels)
-    assert re.search(r"dmlab30 human-normalised cap_100: [\d.]+ %", test.stdout)
+    assert re.search(r"dmlab30 human-normalised cap_100: -?[\d.]+ %", test.stdout)
     inits = [e for e in read_trace(trace) if e["event"] == "init"]
     assert sorted(e["level"] for e in inits) == sorted(test_levels)
     for e in inits:

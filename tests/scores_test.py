@@ -1,4 +1,5 @@
-"""Tests of dmlab30.py and atari57.py scores on hand-computed cases."""
+"""Tests of dmlab30.py and atari57.py scores on hand-computed cases, and of
+test mode's results table."""
 
 import math
 
@@ -6,6 +7,7 @@ import pytest
 
 import atari57
 import dmlab30
+import progress
 
 
 def _dmlab_returns(value_for_level):
@@ -139,3 +141,24 @@ def test_atari57_missing_and_extra_games():
         atari57.compute_human_normalized_scores(returns)
     with pytest.raises(ValueError, match="not an Atari-57 game"):
         atari57.human_normalized_score("adventure", [1.0])
+
+
+def test_results_table_rows_and_suite_lines_without_negative_zero():
+    pong, breakout = "atari/pong", "atari/breakout"
+    results = {
+        "level_name": "atari/pong,atari/breakout",
+        "levels": {
+            pong: {"returns": [-21.0, -20.0], "mean_return": -20.5},
+            breakout: {"returns": [3.0], "mean_return": 3.0},
+        },
+        "human_normalized": {"median": -0.04, "mean": -1.26},
+    }
+    lines = progress.results_table(results).splitlines()
+    assert lines[0].split()[0] == "level"
+    rows = {line.split()[0]: line.split()[1:] for line in lines[2:4]}
+    assert rows[pong][:2] == ["2", "-20.50"]
+    assert rows[breakout][:2] == ["1", "3.00"]
+    assert lines[4:] == [
+        "atari/pong,atari/breakout human-normalised median: 0.0 %",
+        "atari/pong,atari/breakout human-normalised mean: -1.3 %",
+    ]
