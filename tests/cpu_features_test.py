@@ -126,3 +126,42 @@ def test_torso_dtype_auto_picks_what_the_cpu_computes_natively(flags, expected):
     assert dtype == expected and why.startswith(f"--torso_dtype=auto: {expected}")
     assert cpu_features.choose_torso_dtype("bfloat16", flags) == ("bfloat16", None)
     assert cpu_features.choose_torso_dtype("float32", flags) == ("float32", None)
+
+
+def test_log_rhos_stay_zero_on_onednn_avx2_kernels():
+    """The rest of the suite runs with oneDNN off (conftest), the project's
+    default on x86-64 is on, and an AVX2-only CPU then runs oneDNN's AVX2
+    kernels, whose float32 results round differently from Eigen's. A child
+    pytest with TF_ENABLE_ONEDNN_OPTS=1 and oneDNN capped at AVX2
+    (ONEDNN_MAX_CPU_ISA, so these are the kernels an AVX2-only CPU runs,
+    whatever this CPU has) runs the pipeline's log-rho test: the actors'
+    batches and the learner's T x B batch still compute the same policy.
+    (bfloat16 is left out: TensorFlow sends it to oneDNN whenever the CPU
+    has AVX512F, which a capped oneDNN cannot serve; an AVX2-only CPU sends
+    it to Eigen.)"""
+    import os
+    import platform
+
+    from run_helpers import REPO_ROOT
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip("oneDNN's AVX2 kernels exist on x86-64 only")
+    test = "tests/experiment_test.py::test_training_pipeline_pairs_each_action_with_its_policy"
+    child = (
+        "import sys, pytest, tensorflow;"
+        "from tensorflow.python.util import _pywrap_util_port as port;"
+        "assert port.IsMklEnabled(), 'oneDNN is off';"
+        f"sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', '{test}[4x2]',"
+        f" '{test}[4x2-ff]']))"
+    )
+    env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS="1", ONEDNN_MAX_CPU_ISA="AVX2")
+    result = subprocess.run(
+        [sys.executable, "-c", child],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert "2 passed" in result.stdout, result.stdout[-2000:]

@@ -666,6 +666,7 @@ def pipeline_log_rhos(
         (1, 1, {"use_lstm": False}),
         (4, 2, {"use_lstm": False}),
     ],
+    ids=["1x1", "2x1", "4x2", "1x1-bf16", "4x2-deep-bf16", "1x1-ff", "4x2-ff"],
 )
 def test_training_pipeline_pairs_each_action_with_its_policy(
     envs_per_actor, envs_per_process, agent_overrides
