@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from run_helpers import run_command_line
+from run_helpers import REPO_ROOT, run_command_line
 
 import cpu_features
 import experiment
@@ -90,7 +90,6 @@ def test_experiment_turns_onednn_on_before_tensorflow():
     import platform
 
     from newcomer_test import user_environ
-    from run_helpers import REPO_ROOT
 
     if platform.machine().lower() not in ("x86_64", "amd64"):
         pytest.skip("the project turns oneDNN on by default on x86-64 only")
@@ -101,14 +100,7 @@ def test_experiment_turns_onednn_on_before_tensorflow():
         " port.IsMklEnabled(), bool(experiment.ONEDNN_CHOICE))"
     )
     # (The user's own value is kept: the unit test above, on default_onednn.)
-    result = subprocess.run(
-        [sys.executable, "-c", probe],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=user_environ(),
-    )
+    result = _run_python(probe, user_environ(), timeout=120)
     assert "SEEN 1 True True" in result.stdout, result.stdout + result.stderr[-2000:]
 
 
@@ -142,8 +134,6 @@ def test_log_rhos_stay_zero_on_onednn_avx2_kernels():
     import os
     import platform
 
-    from run_helpers import REPO_ROOT
-
     if platform.machine().lower() not in ("x86_64", "amd64"):
         pytest.skip("oneDNN's AVX2 kernels exist on x86-64 only")
     test = "tests/experiment_test.py::test_training_pipeline_pairs_each_action_with_its_policy"
@@ -155,13 +145,18 @@ def test_log_rhos_stay_zero_on_onednn_avx2_kernels():
         f" '{test}[4x2-ff]']))"
     )
     env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS="1", ONEDNN_MAX_CPU_ISA="AVX2")
-    result = subprocess.run(
-        [sys.executable, "-c", child],
+    result = _run_python(child, env, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert "2 passed" in result.stdout, result.stdout[-2000:]
+
+
+def _run_python(code: str, env: dict, timeout: float) -> subprocess.CompletedProcess:
+    """`python -c code` in the repository root with `env`, output captured."""
+    return subprocess.run(
+        [sys.executable, "-c", code],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=timeout,
         env=env,
     )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
-    assert "2 passed" in result.stdout, result.stdout[-2000:]
