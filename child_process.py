@@ -519,9 +519,10 @@ class _Child:
             if self.popen.poll() is not None:
                 # Exited; a last message may still sit in the pipe.
                 try:
-                    if self.conn.poll(0):
-                        return pickle.loads(self.conn.recv_bytes())
-                except (EOFError, OSError):
+                    message = _read_message(self.conn, time.monotonic())
+                    if message is not None:
+                        return pickle.loads(message)
+                except (EOFError, OSError, _CutShort):
                     pass
                 raise self._gone(activity)
 
@@ -626,8 +627,9 @@ class _Child:
                 )
                 # A child still in its constructor answers 'ready' first; the
                 # wait below then covers the rest.
-                if self.conn.poll(timeout):
-                    message = pickle.loads(self.conn.recv_bytes())
+                answer = _read_message(self.conn, deadline)
+                if answer is not None:
+                    message = pickle.loads(answer)
                     if message[0] == "closed" and message[1] is not None:
                         _log.warning(
                             "%s: %s.close() raised %s: %s",
@@ -636,7 +638,7 @@ class _Child:
                             message[1][0],
                             message[1][1],
                         )
-            except (EOFError, OSError):
+            except (EOFError, OSError, _CutShort):
                 pass
         try:
             self.popen.wait(max(0.0, deadline - time.monotonic()))
