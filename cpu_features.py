@@ -52,6 +52,11 @@ ONEDNN_VARIABLE = "TF_ENABLE_ONEDNN_OPTS"
 _X86_64 = frozenset({"x86_64", "amd64"})
 
 
+def is_x86_64(machine: str) -> bool:
+    """Whether platform.machine()'s `machine` is x86-64 (where oneDNN runs)."""
+    return machine.lower() in _X86_64
+
+
 def default_onednn(environ, machine: str) -> str | None:
     """Sets TF_ENABLE_ONEDNN_OPTS=1 in `environ` on an x86-64 `machine`
     (platform.machine()) when the user has not set it, before TensorFlow is
@@ -62,7 +67,7 @@ def default_onednn(environ, machine: str) -> str | None:
     TensorFlow turns it on by itself this changes nothing. A value the user
     set is never changed.
     """
-    if ONEDNN_VARIABLE in environ or machine.lower() not in _X86_64:
+    if ONEDNN_VARIABLE in environ or not is_x86_64(machine):
         return None
     environ[ONEDNN_VARIABLE] = "1"
     return (

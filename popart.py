@@ -89,8 +89,9 @@ def updated_moments(mean, second_moment, batch_mean, batch_second, count, beta):
     new_mean = (1.0 - beta) * mean + beta * batch_mean
     new_second = (1.0 - beta) * second_moment + beta * batch_second
     present = count > 0
-    return tf.where(present, new_mean, mean), tf.where(
-        present, new_second, second_moment
+    return (
+        tf.where(present, new_mean, mean),
+        tf.where(present, new_second, second_moment),
     )
 
 

@@ -3,6 +3,8 @@ the same on every machine), and in experiment.py's flag path."""
 
 from __future__ import annotations
 
+import os
+import platform
 import subprocess
 import sys
 
@@ -87,11 +89,9 @@ def test_experiment_turns_onednn_on_before_tensorflow():
     """As a user runs it (no TF_ENABLE_ONEDNN_OPTS): importing experiment.py
     sets the variable before TensorFlow is imported (TensorFlow's oneDNN is
     then on, whatever the CPU) and keeps the line the first log line adds."""
-    import platform
-
     from newcomer_test import user_environ
 
-    if platform.machine().lower() not in ("x86_64", "amd64"):
+    if not cpu_features.is_x86_64(platform.machine()):
         pytest.skip("the project turns oneDNN on by default on x86-64 only")
     probe = (
         "import os, experiment, tensorflow;"
@@ -131,10 +131,7 @@ def test_log_rhos_stay_zero_on_onednn_avx2_kernels():
     (bfloat16 is left out: TensorFlow sends it to oneDNN whenever the CPU
     has AVX512F, which a capped oneDNN cannot serve; an AVX2-only CPU sends
     it to Eigen.)"""
-    import os
-    import platform
-
-    if platform.machine().lower() not in ("x86_64", "amd64"):
+    if not cpu_features.is_x86_64(platform.machine()):
         pytest.skip("oneDNN's AVX2 kernels exist on x86-64 only")
     test = "tests/experiment_test.py::test_training_pipeline_pairs_each_action_with_its_policy"
     child = (
