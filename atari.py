@@ -401,16 +401,18 @@ class AtariFamily(EnvironmentFamily):
 
     def throughput_defaults(self, torso: str) -> dict[str, int] | None:
         """The fastest measured layouts on a 2-core machine (BENCHMARKS.md,
-        "Throughput against the raw-ALE ceiling"): 8 actors of 8 games
-        stepped 8 to a process for the shallow agent; 8 actors of 4 games, 4
-        to a process, batch 32 for the deep agent (the tested Pong command's
+        "Throughput against the raw-ALE ceiling"), both at the paper's Atari
+        batch (32) and unroll (20): 4 actors of 32 games stepped 32 to a
+        process for the shallow agent (one inference call and one pipe round
+        trip per 32 agent steps); 8 actors of 4 games, 4 to a process for the
+        deep agent, whose learner is the limit (the tested Pong command's
         layout, flagfiles/pong_deep.cfg)."""
         if torso == "shallow":
             return dict(
-                num_actors=8,
-                envs_per_actor=8,
-                envs_per_process=8,
-                batch_size=8,
+                num_actors=4,
+                envs_per_actor=32,
+                envs_per_process=32,
+                batch_size=32,
                 unroll_length=20,
             )
         return dict(

@@ -178,6 +178,22 @@ LAYOUT_SETTINGS = (
 )
 
 
+def unplayed_levels_warning(
+    level_name: str, num_levels: int, num_actors: int
+) -> str | None:
+    """The warning for a single-machine run whose actors cannot cover its
+    levels (actor i plays level i mod num_levels, actors.actor_level_and_seeds),
+    or None when every level has an actor."""
+    if num_actors >= num_levels:
+        return None
+    return (
+        f"--num_actors={num_actors}: {num_levels - num_actors} of the "
+        f"{num_levels} levels of {level_name} get no actor and are never "
+        f"trained on (actor i plays level i mod {num_levels}); use "
+        f"--num_actors={num_levels} or more to train on all of them."
+    )
+
+
 def actor_layout(
     values: dict[str, int], family, torso: str, use_family_defaults: bool
 ) -> tuple[dict[str, int], list[str]]:

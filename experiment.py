@@ -337,6 +337,11 @@ def config_from_flags(f: flags.FlagValues) -> Config:
         choices.append(ONEDNN_CHOICE)
     if warning := cpu_features.bfloat16_warning(torso_dtype, cpu):
         logging.warning(warning)
+    if f.mode == "train" and not cluster_task:
+        if warning := config_lib.unplayed_levels_warning(
+            level_name, len(level_names), layout["num_actors"]
+        ):
+            logging.warning(warning)
     options = family.options({name: f[name].value for name in family.option_flags})
     num_values = popart_values(f, len(level_names))
     return Config(

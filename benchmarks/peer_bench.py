@@ -26,7 +26,7 @@ import common  # noqa: E402
 
 RECORD = os.path.join(common.REPO, "benchmarks", "results", "peer_sample_factory.json")
 OURS = {
-    "ours, shallow agent, no layout flags (8 x 8, 8 per process, batch 8)": dict(
+    "ours, shallow agent, no layout flags (4 x 32, 32 per process, batch 32)": dict(
         agent="shallow"
     ),
     "ours, deep agent without LSTM, 8 x 4 (4 per process), batch 32": dict(

@@ -21,9 +21,10 @@ monobeast_settings and profile in turn), each named for what it varies:
                       LSTM, 610 feed-forward
   threads             TensorFlow's intra-op pool: one thread per core
                       against one thread (shallow 8 actors, deep 4 actors)
-  profile             shallow agent, 8 actors: the CPU time of each thread
-                      group and process over the window (/proc), optionally
-                      `--py_spy` samples
+  profile             shallow agent at Atari's defaults (4 x 32, 32 per
+                      process), the CPU's own kernels and AVX2 kernels: the
+                      CPU time of each thread group and process over the
+                      window (/proc), optionally `--py_spy` samples
   batching            shallow agent, 8 actors, batching on and off: the
                       before/after part (with --baseline_code)
   envs_per_actor      K = 1, 2, 4 environments per actor
@@ -40,6 +41,14 @@ monobeast_settings and profile in turn), each named for what it varies:
                       pong_deep), read from their flag files
   defaults            a run given only --agent (Atari's throughput defaults)
                       against the agent's best documented setting
+  avx2_kernels        oneDNN capped at AVX2 (an AVX2-only CPU's kernels):
+                      TensorFlow's default there (oneDNN off) against the
+                      project's (on), shallow and deep float32 defaults
+  deep_threads        the deep agent's defaults with one thread per kernel
+                      against one per core (float32 on AVX2 kernels, auto)
+  shallow_batch       the shallow agent at 8 x 8 with batch 8, 16 and 32
+  shallow_batch32_layouts  the shallow agent at batch 32 over 32-128
+                      environments
   With `--baseline_code=git:REV` (any part) each configuration also runs on
   the code at REV, first (before/after a fix, interleaved); with --alternate
   every other round runs the current code first. A configuration whose
@@ -123,15 +132,6 @@ PARTS = {
         for e in (
             {"TF_NUM_INTRAOP_THREADS": str(os.cpu_count())},
             {"TF_NUM_INTRAOP_THREADS": "1"},
-        )
-    ],
-    "profile": [
-        dict(
-            agent="shallow",
-            num_actors=8,
-            batch_size=8,
-            unroll_length=20,
-            dynamic_batching=True,
         )
     ],
     # Before/after a change to the agent or the loop (with --baseline_code):
@@ -309,9 +309,57 @@ def _family_defaults(agent: str, **flags) -> dict:
 # agent, in one invocation.
 PARTS["defaults"] = [
     _family_defaults("shallow"),
-    _shared("shallow", 8, 8, 8),
+    dict(_shared("shallow", 4, 32, 32), batch_size=32),
+    _shared("shallow", 8, 8, 8),  # the shallow agent's previous defaults (batch 8)
     _family_defaults("deep", torso_dtype="auto"),
     dict(_shared("deep", 8, 4, 4), batch_size=32, torso_dtype="auto"),
+]
+
+# The kernels an AVX2-only CPU runs, on any x86 CPU: oneDNN capped at AVX2
+# (ONEDNN_MAX_CPU_ISA; TensorFlow's pip build compiles its other kernels for
+# AVX, which every such CPU has). TensorFlow's own default there (oneDNN off)
+# against the project's (experiment.py turns it on), for the shallow agent and
+# the deep agent in float32 (what --torso_dtype=auto picks without bfloat16
+# instructions), both at Atari's throughput defaults. The numerics are an
+# AVX2 CPU's; the speed is the measuring CPU's, so these figures stand in for
+# an AVX2 machine's ratios, not its frames/s.
+_AVX2_KERNELS = {"ONEDNN_MAX_CPU_ISA": "AVX2"}
+_AVX2_TENSORFLOW_DEFAULT = dict(_AVX2_KERNELS, TF_ENABLE_ONEDNN_OPTS="0")
+PARTS["avx2_kernels"] = [
+    dict(_family_defaults("shallow"), env=_AVX2_TENSORFLOW_DEFAULT),
+    dict(_family_defaults("shallow"), env=_AVX2_KERNELS),
+    dict(_family_defaults("deep", torso_dtype="float32"), env=_AVX2_TENSORFLOW_DEFAULT),
+    dict(_family_defaults("deep", torso_dtype="float32"), env=_AVX2_KERNELS),
+]
+
+# The deep agent at Atari's throughput defaults (batch 32) with one thread per
+# kernel (single-machine training's default) against one per core, in
+# float32 on AVX2 kernels and with --torso_dtype=auto on the measuring CPU.
+_ONE_PER_CORE = {"TF_NUM_INTRAOP_THREADS": str(os.cpu_count())}
+PARTS["deep_threads"] = [
+    dict(_family_defaults("deep", torso_dtype=dtype), env=dict(env, **threads))
+    for dtype, env in (("float32", _AVX2_KERNELS), ("auto", {}))
+    for threads in ({}, _ONE_PER_CORE)
+]
+
+# Where an agent step's CPU goes at the shallow agent's best setting (Atari's
+# defaults), on the measuring CPU's own kernels and on AVX2 kernels.
+PARTS["profile"] = [
+    _family_defaults("shallow"),
+    dict(_family_defaults("shallow"), env=_AVX2_KERNELS),
+]
+
+# The shallow agent at 8 x 8 (8 per process) with batch 8, 16 and 32: the
+# learner's cost per frame falls with its batch.
+PARTS["shallow_batch"] = [
+    dict(_shared("shallow", 8, 8, 8), batch_size=b) for b in (8, 16, 32)
+]
+
+# The shallow agent at batch 32 over layouts of 32-128 environments, M per
+# process = K per actor (Atari's defaults are the fastest of them).
+PARTS["shallow_batch32_layouts"] = [
+    dict(_shared("shallow", n, k, k), batch_size=32)
+    for n, k in ((4, 16), (2, 32), (4, 32), (2, 16), (4, 8))
 ]
 
 

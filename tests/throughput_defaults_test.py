@@ -2,9 +2,12 @@
 an Atari run that sets no layout flag gets the fastest measured layout for
 its agent and says so in its first log line; any layout flag on the command
 line, test mode, a cluster task and a family without defaults keep the
-flags' own values (the paper's)."""
+flags' own values (the paper's). A run with fewer actors than levels is
+warned that some levels are never played."""
 
 from __future__ import annotations
+
+import logging
 
 import pytest
 
@@ -42,10 +45,10 @@ FLAG_DEFAULTS = dict(
         (
             "shallow",
             dict(
-                num_actors=8,
-                envs_per_actor=8,
-                envs_per_process=8,
-                batch_size=8,
+                num_actors=4,
+                envs_per_actor=32,
+                envs_per_process=32,
+                batch_size=32,
                 unroll_length=20,
             ),
         ),
@@ -68,7 +71,8 @@ def test_an_atari_run_without_layout_flags_gets_the_familys_fastest_layout(
     assert layout_of(config) == expected
     summary = config.summary()
     assert f"Atari's throughput defaults for the {agent} agent (" in summary
-    assert "--num_actors=8" in summary and "no layout flag given" in summary
+    assert f"--num_actors={expected['num_actors']}" in summary
+    assert "no layout flag given" in summary
 
 
 @pytest.mark.parametrize("given", LAYOUT)
@@ -109,3 +113,20 @@ def test_torso_dtype_auto_is_resolved_and_said(monkeypatch):
     config = config_for("--level_name=atari/pong", "--agent=deep", "--torso_dtype=auto")
     assert config.agent.torso_dtype == "bfloat16"
     assert "(bfloat16 torso)" in config.summary()
+
+
+def test_a_run_whose_actors_cannot_cover_its_levels_is_warned(caplog):
+    caplog.set_level(logging.WARNING, logger="absl")
+    # Atari's shallow defaults have 4 actors; the Atari-57 suite has 57 levels.
+    config_for("--level_name=atari57", "--agent=shallow")
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any(
+        w.startswith("--num_actors=4: 53 of the 57 levels of atari57")
+        and "use --num_actors=57 or more" in w
+        for w in warnings
+    ), warnings
+    caplog.clear()
+    config_for("--level_name=atari57", "--agent=shallow", "--num_actors=57")
+    assert not [r for r in caplog.records if "get no actor" in r.getMessage()]
+    assert config.unplayed_levels_warning("atari57", 57, 57) is None
+    assert config.unplayed_levels_warning("atari/pong", 1, 4) is None
