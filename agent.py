@@ -25,11 +25,12 @@ environments.py.
 """
 
 import collections
-from collections.abc import Sequence
 
 import numpy as np
 import sonnet as snt
 import tensorflow as tf
+
+from config import AgentConfig
 
 AgentOutput = collections.namedtuple("AgentOutput", "action policy_logits baseline")
 
@@ -404,6 +405,15 @@ class Agent(snt.Module):
         return tf.nest.map_structure(lambda t: tf.squeeze(t, 0), output), core_state
 
 
-def count_parameters(variables: Sequence[tf.Variable]) -> int:
-    """Total number of scalars in `variables`."""
-    return sum(int(v.shape.num_elements()) for v in variables)
+def create_agent(config: AgentConfig, name: str = "agent") -> Agent:
+    """The configured network (with an instruction encoder only where some
+    level has instructions)."""
+    return Agent(
+        config.num_actions,
+        torso=config.torso,
+        use_instruction=config.use_instruction,
+        torso_dtype=config.torso_dtype,
+        use_lstm=config.use_lstm,
+        num_values=config.num_values,
+        name=name,
+    )

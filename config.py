@@ -62,7 +62,7 @@ class AgentConfig:
 
 @dataclasses.dataclass(frozen=True)
 class LearnerConfig:
-    """The V-trace loss and its optimiser (learner.py: RMSProp, the paper's,
+    """The V-trace loss and its optimiser (learner/loss.py and update.py: RMSProp, the paper's,
     or Adam), and the frames per update (batch_size x unroll_length x
     num_action_repeats). decay and momentum are RMSProp's; epsilon is the
     optimiser's (TensorFlow's RMSProp adds it inside the square root, Adam

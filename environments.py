@@ -1,10 +1,9 @@
 """Environments: the registry of environment families and FlowEnvironment.
 
-An environment family (Atari in atari.py, ViZDoom in doom.py, DeepMind Lab in
-dmlab.py) is one
-module with an `environment_specs.EnvironmentFamily`: the level names it
-accepts, its suites, its action count, its environment class for
-py_process, its options and its suite scores. This module registers the
+An environment family (Atari, ViZDoom, DeepMind Lab: families/atari.py,
+doom.py, dmlab.py) is one module with a `families.contract.EnvironmentFamily`:
+the level names it accepts, its suites, its action count, its environment
+class for py_process, its flags and options and its suite scores. This module registers the
 built-in families and answers every question about a level name by asking
 the family that owns it, so nothing outside the families tests which family
 a level is. To add a family, write its module and `register` it (here, or
@@ -33,10 +32,8 @@ from typing import Any
 
 import numpy as np
 
-import atari
-import dmlab
-import doom
-from environment_specs import (
+from families import atari, dmlab, doom
+from families.contract import (
     EnvironmentFamily,
     StepOutput,
     StepOutputInfo,
@@ -102,7 +99,7 @@ class FlowEnvironment:
     next episode, and the returned state restarts at 0.
 
     With `num_envs=M` the proxy runs M environments (an
-    environment_vector.EnvironmentVector): every tensor above, state
+    vector.EnvironmentVector): every tensor above, state
     included, gains a leading axis of M (actions int32 [M]), and each
     environment's episode bookkeeping is its own.
     """
@@ -389,18 +386,18 @@ def create_environment_vector(
     level_name: str, seeds: list[int], is_test: bool = False, **options: Any
 ):
     """A `py_process.PyProcess` (not started) running len(seeds) environments
-    of one level in one process (environment_vector.EnvironmentVector), the
+    of one level in one process (vector.EnvironmentVector), the
     k-th with seed seeds[k]; options as for `create_environment`.
 
     Wrap its `.proxy` in a FlowEnvironment with num_envs=len(seeds).
     """
-    import environment_vector
     import py_process
+    from families import vector
 
     env_type, env_kwargs = None, []
     for seed in seeds:
         env_type, kwargs = environment_class(level_name, seed, is_test, **options)
         env_kwargs.append(kwargs)
     return py_process.PyProcess(
-        environment_vector.EnvironmentVector, env_type=env_type, env_kwargs=env_kwargs
+        vector.EnvironmentVector, env_type=env_type, env_kwargs=env_kwargs
     )

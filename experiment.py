@@ -4,26 +4,26 @@ Reads top to bottom: the flags; `validate_flags` and `config_from_flags`,
 which turn them into one frozen `config.Config` (the only place a flag is
 read); `train`, single-machine training; `run_training`, which picks
 single-machine training or this process's cluster task; `run_mode` and
-`main`. Test mode is evaluation.py.
+`main`. Test mode is evaluation/test_mode.py.
 
 Single-machine training (--task=-1): every actor is a Python thread of this
-process that runs its own `enqueue` op in a loop (actors.py); each unroll
+process that runs its own `enqueue` op in a loop (actor/runner.py); each unroll
 steps the actor's environments (--envs_per_actor, 1 by default), each in its
 own child process (py_process.py) or --envs_per_process of them to a process
-(environment_vector.py). The learner
+(families/vector.py). The learner
 dequeues `batch_size` unrolls, stages them (one step of policy lag), unrolls
 the agent over them and applies one RMSProp update with the V-trace loss
-(pipeline.py, learner.py, learner_loop.py). The session is in-process: no TensorFlow server,
-so no network port. Cluster tasks (--job_name, --task >= 0) are in
-distributed.py.
+(learner/: pipeline.py, loss.py, update.py, loop.py). The session is
+in-process: no TensorFlow server, so no network port. Cluster tasks
+(--job_name, --task >= 0) are in cluster/.
 """
 
+import dataclasses
 import os
 import platform
 import sys
 
-import cpu_features
-import tf_logging
+from runtime import cpu_features, tf_logging
 
 # TensorFlow reads TF_ENABLE_ONEDNN_OPTS at import: turn its oneDNN kernels on
 # where it would leave them off (AVX2-only x86 CPUs), unless the user chose.
@@ -35,32 +35,33 @@ ONEDNN_CHOICE = cpu_features.default_onednn(os.environ, platform.machine())
 # device choice itself. Set TF_CPP_MIN_LOG_LEVEL=0 to see everything.
 tf_logging.import_tensorflow_quietly()
 
-import tensorflow as tf  # noqa: E402
-from absl import app, flags, logging  # noqa: E402
+import tensorflow as tf
+from absl import app, flags, logging
 
-import actors  # noqa: E402
-import agent as agent_lib  # noqa: E402
-import checkpoints  # noqa: E402
-import cluster  # noqa: E402
-import cluster_runtime  # noqa: E402
-import config as config_lib  # noqa: E402
-import distributed  # noqa: E402
-import environments  # noqa: E402
-import evaluation  # noqa: E402
-import learner as learner_lib  # noqa: E402
-import learner_loop  # noqa: E402
-import pipeline  # noqa: E402
-import py_process  # noqa: E402
-import sessions  # noqa: E402
-from config import (  # noqa: E402
+import agent as agent_lib
+import config as config_lib
+import environments
+import py_process
+from actor import runner
+from actor.supervisor import EnvironmentRestarts
+from actor.unroll import actor_output_specs
+from cluster import actor_task, addresses, learner_task, servers
+from cluster.state import exit_cluster_task
+from config import (
     AgentConfig,
     Config,
     EnvironmentConfig,
     LearnerConfig,
     RunConfig,
 )
-from errors import FlagError, TrainingError  # noqa: E402
-from shutdown import ShutdownRequest  # noqa: E402
+from evaluation import test_mode
+from families.contract import FamilyFlag
+from learner import loop, pipeline
+from learner.loss import REWARD_CLIPPINGS
+from learner.update import OPTIMIZERS
+from runtime import checkpoints, sessions
+from runtime.errors import FlagError, TrainingError
+from runtime.shutdown import ShutdownRequest
 
 # -- flags ---------------------------------------------------------------------
 
@@ -129,7 +130,7 @@ flags.DEFINE_float("discounting", 0.99, "Discounting factor.")
 flags.DEFINE_enum(
     "reward_clipping",
     "abs_one",
-    list(learner_lib.REWARD_CLIPPINGS),
+    list(REWARD_CLIPPINGS),
     "Reward clipping (none: rewards as they are, what --popart is for).",
 )
 flags.DEFINE_bool("popart", False, "PopArt value normalisation per level (popart.py).")
@@ -137,23 +138,12 @@ flags.DEFINE_float("popart_beta", 3e-4, "PopArt statistics' decay per learner st
 
 # Environment.
 flags.DEFINE_string(
-    "dataset_path", "", "Path to the dataset needed for psychlab (DeepMind Lab)."
-)
-flags.DEFINE_string(
     "level_name",
     environments.DEFAULT_LEVEL,
     "Level: a DeepMind Lab level, 'dmlab30', 'atari/<game>', 'atari57', "
     "'vizdoom/<scenario>' or 'vizdoom'. The default falls back to atari/pong "
     "when DeepMind Lab is not installed.",
 )
-flags.DEFINE_string(
-    "level_cache_dir",
-    "~/.cache/scalable_agent/dmlab_levels",
-    "Where DeepMind Lab keeps the levels it compiles (a maze level compiles a "
-    "new map at every reset), shared by every actor and run; '' for no cache.",
-)
-flags.DEFINE_integer("width", 96, "Frame width (DeepMind Lab).")
-flags.DEFINE_integer("height", 72, "Frame height (DeepMind Lab).")
 
 # Optimizer.
 flags.DEFINE_float("learning_rate", 0.00048, "Learning rate.")
@@ -163,7 +153,7 @@ flags.DEFINE_integer(
     "Environment frames over which the learning rate decays linearly to 0 "
     "(and stays 0 after); 0 means --total_environment_frames.",
 )
-flags.DEFINE_enum("optimizer", "rmsprop", list(learner_lib.OPTIMIZERS), "Optimizer.")
+flags.DEFINE_enum("optimizer", "rmsprop", list(OPTIMIZERS), "Optimizer.")
 flags.DEFINE_float("decay", 0.99, "RMSProp optimizer decay.")
 flags.DEFINE_float("momentum", 0.0, "RMSProp momentum.")
 flags.DEFINE_float("epsilon", 0.1, "Epsilon (in RMSProp's square root).")
@@ -191,7 +181,29 @@ flags.DEFINE_integer(
 
 FLAGS = flags.FLAGS
 
-TEST_RESULTS_FILE = evaluation.TEST_RESULTS_FILE
+# Each family's own flags (DeepMind Lab's --width, --height, --dataset_path,
+# --level_cache_dir, ...): declared by the family, defined here.
+_family_flags: dict[str, FamilyFlag] = {}
+
+
+def define_family_flags(flag_values: flags.FlagValues = FLAGS) -> None:
+    """Defines the flags of each registered family not defined yet (a family
+    that replaces another shares its flags); ValueError for a name taken."""
+    for family in environments.families():
+        for flag in family.flags:
+            if _family_flags.get(flag.name) == flag:
+                continue
+            if flag.name in flag_values:
+                raise ValueError(
+                    f"{family.name} declares --{flag.name}, a flag already"
+                )
+            kind = {bool: "bool", int: "integer", float: "float", str: "string"}
+            define = getattr(flags, f"DEFINE_{kind[type(flag.default)]}")
+            define(flag.name, flag.default, flag.help, flag_values=flag_values)
+            _family_flags[flag.name] = flag
+
+
+define_family_flags()
 
 
 # -- from flags to a config ------------------------------------------------------
@@ -212,8 +224,6 @@ def validate_flags(f) -> None:
     require(f.batch_size > 0, "batch_size", "must be >= 1 (unrolls per update).")
     require(f.unroll_length > 0, "unroll_length", "must be >= 1.")
     require(f.num_action_repeats > 0, "num_action_repeats", "must be >= 1.")
-    require(f.width > 0, "width", "must be >= 1.")
-    require(f.height > 0, "height", "must be >= 1.")
     require(0.0 <= f.discounting <= 1.0, "discounting", "must be in [0, 1].")
     require(f.learning_rate >= 0.0, "learning_rate", "must be >= 0.")
     require(f.max_grad_norm >= 0.0, "max_grad_norm", "must be >= 0 (0 turns it off).")
@@ -226,12 +236,10 @@ def validate_flags(f) -> None:
         "must be in (0, 1] (the paper's 3e-4 per learner step).",
     )
     require(f.save_checkpoint_secs > 0, "save_checkpoint_secs", "must be >= 1.")
-    require(
-        not f.dataset_path or os.path.isdir(f.dataset_path),
-        "dataset_path",
-        "no such directory; give the directory of the brady_konkle_oliva2008 "
-        "stimuli (needed by DMLab-30's psychlab levels) or leave it empty.",
-    )
+    for flag in _family_flags.values():  # every family's, whatever the level
+        if flag.check is not None:
+            problem = flag.check(getattr(f, flag.name))
+            require(problem is None, flag.name, problem)
     require(
         f.environment_timeout_secs >= 0,
         "environment_timeout_secs",
@@ -342,7 +350,7 @@ def config_from_flags(f: flags.FlagValues) -> Config:
             level_name, len(level_names), layout["num_actors"]
         ):
             logging.warning(warning)
-    options = family.options({name: f[name].value for name in family.option_flags})
+    options = family.options({flag.name: f[flag.name].value for flag in family.flags})
     num_values = popart_values(f, len(level_names))
     return Config(
         run=RunConfig(
@@ -377,24 +385,20 @@ def config_from_flags(f: flags.FlagValues) -> Config:
         learner=LearnerConfig(
             batch_size=layout["batch_size"],
             unroll_length=layout["unroll_length"],
-            num_action_repeats=f.num_action_repeats,
-            total_environment_frames=f.total_environment_frames,
-            discounting=f.discounting,
-            reward_clipping=f.reward_clipping,
-            baseline_cost=f.baseline_cost,
-            entropy_cost=f.entropy_cost,
-            learning_rate=f.learning_rate,
-            decay=f.decay,
-            momentum=f.momentum,
-            epsilon=f.epsilon,
-            max_grad_norm=f.max_grad_norm,
-            optimizer=f.optimizer,
-            learning_rate_decay_frames=f.learning_rate_decay_frames,
             popart=bool(num_values) and f.mode == "train",
-            popart_beta=f.popart_beta,
             level_names=tuple(level_names),
+            **flag_fields(
+                f, LearnerConfig, exclude=("batch_size", "unroll_length", "popart")
+            ),
         ),
     )
+
+
+def flag_fields(f: flags.FlagValues, cls, exclude=()) -> dict:
+    """{field: the value of the flag of its name} for the fields of the
+    dataclass `cls` that have a flag, but those in `exclude`."""
+    names = [field.name for field in dataclasses.fields(cls)]
+    return {n: f[n].value for n in names if n in f and n not in exclude}
 
 
 def agent_settings(f: flags.FlagValues) -> tuple[str, bool]:
@@ -431,7 +435,7 @@ def popart_values(f: flags.FlagValues, num_levels: int) -> int:
     return num_levels if f.popart else 0
 
 
-def cluster_config_from_flags(f: flags.FlagValues) -> cluster.ClusterConfig | None:
+def cluster_config_from_flags(f: flags.FlagValues) -> addresses.ClusterConfig | None:
     """The cluster from the address flags or TF_CONFIG; None = single machine.
 
     Raises:
@@ -439,7 +443,7 @@ def cluster_config_from_flags(f: flags.FlagValues) -> cluster.ClusterConfig | No
     """
     names = ("learner_host", "actor_hosts", "num_actors", "job_name", "task")
     try:
-        return cluster.resolve_cluster(
+        return addresses.resolve_cluster(
             f.learner_host,
             f.actor_hosts,
             f.num_actors,
@@ -462,9 +466,7 @@ def train(config: Config, shutdown: ShutdownRequest) -> None:
     learner's device, batched across actors when the op is built.
     """
     run, environment = config.run, config.environment
-    specs = actors.actor_output_specs(
-        environment, config.agent, config.learner.unroll_length
-    )
+    specs = actor_output_specs(environment, config.agent, config.learner.unroll_length)
     logging.info("Training %s.", config.summary())
     if config.learner.batch_size > run.num_actors * run.envs_per_actor:
         logging.info(
@@ -476,39 +478,31 @@ def train(config: Config, shutdown: ShutdownRequest) -> None:
     with tf.Graph().as_default():
         tf.compat.v1.set_random_seed(run.seed)
         device = sessions.learner_device()
-        agent = actors.create_agent(config.agent)
+        agent = agent_lib.create_agent(config.agent)
         queue = pipeline.create_queue(specs)
         # The learner builds the agent's variables (in the main graph).
         learner_pipeline = pipeline.build_learner_pipeline(
             agent, queue, specs, config.learner, device
         )
-        inference_fn, batched = actors.make_inference_fn(
+        inference_fn, batched = runner.make_inference_fn(
             agent, device, run.dynamic_batching, run.envs_per_actor
         )
-        actor_list = actors.build_actors(
-            agent,
-            environment,
-            run.num_actors,
-            config.learner.unroll_length,
-            run.seed,
-            queue,
-            inference_fn,
-            run.envs_per_actor,
-            run.envs_per_process,
+        actor_list = runner.build_actors(
+            agent, environment, run, config.learner.unroll_length, queue, inference_fn
         )
-        restarts = actors.EnvironmentRestarts(
+        restarts = EnvironmentRestarts(
             run.logdir, learner_pipeline.learner.num_env_frames
         )
         hooks = [
             # Before PyProcessHook: its `end` must release the actors first.
-            actors.ActorRunnerHook(
-                [actors.ActorRunner(a, restarts, shutdown) for a in actor_list],
+            runner.ActorRunnerHook(
+                [runner.ActorRunner(a, restarts, shutdown) for a in actor_list],
                 queue.close(cancel_pending_enqueues=True),
             ),
             py_process.PyProcessHook(),
         ]
         num_environments = run.num_actors * run.envs_per_actor
-        result = learner_loop.train_learner(
+        result = loop.train_learner(
             config,
             learner_pipeline,
             hooks,
@@ -533,7 +527,7 @@ def train(config: Config, shutdown: ShutdownRequest) -> None:
 
 def run_training(
     config: Config,
-    cluster_config: cluster.ClusterConfig | None,
+    cluster_config: addresses.ClusterConfig | None,
     shutdown: ShutdownRequest,
 ) -> None:
     """--mode=train: single-machine training, or this task of a cluster."""
@@ -543,19 +537,13 @@ def run_training(
     if cluster_config is None:
         train(config, shutdown)
         return
-    proto = cluster_runtime.server_config(
-        cluster_config, base=sessions.session_config()
-    )
+    proto = servers.server_config(cluster_config, base=sessions.session_config())
     try:
-        server = cluster_runtime.start_server(cluster_config, proto)
-    except cluster.PortInUseError as e:
+        server = servers.start_server(cluster_config, proto)
+    except addresses.PortInUseError as e:
         raise FlagError(str(e)) from None
-    task = (
-        distributed.run_learner_task
-        if cluster_config.is_learner
-        else distributed.run_actor_task
-    )
-    task(config, cluster_config, server, proto, shutdown)
+    task = learner_task if cluster_config.is_learner else actor_task
+    task.run(config, cluster_config, server, proto, shutdown)
 
 
 def run_mode(f: flags.FlagValues = FLAGS) -> int:
@@ -565,7 +553,7 @@ def run_mode(f: flags.FlagValues = FLAGS) -> int:
         validate_flags(f)
         config = config_from_flags(f)
         if config.run.mode == "test":
-            evaluation.test(config)
+            test_mode.test(config)
         else:
             cluster_config = cluster_config_from_flags(f)
             with shutdown.handling_signals():
@@ -598,6 +586,7 @@ def parse_flags(argv: list[str]) -> flags.FlagValues:
     """Parses `argv` (argv[0] the program) into FLAGS afresh: every flag it
     does not name is back at its default. For tests and benchmarks that run
     the command line in-process."""
+    define_family_flags()
     FLAGS.unparse_flags()
     FLAGS(argv)
     return FLAGS
@@ -607,11 +596,20 @@ def main(argv) -> None:
     del argv
     tf_logging.quiet_tensorflow_logging()
     code = run_mode(FLAGS)
-    if cluster_runtime.server_started():
-        distributed.exit_cluster_task(code)
+    if servers.server_started():
+        exit_cluster_task(code)
     if code:
         sys.exit(code)
 
 
+def parse_command_line(argv: list[str]) -> list[str]:
+    define_family_flags()  # also those of families registered since import
+    return app.parse_flags_with_usage(argv)
+
+
+def run() -> None:
+    app.run(main, flags_parser=parse_command_line)
+
+
 if __name__ == "__main__":
-    app.run(main)
+    run()

@@ -12,14 +12,14 @@ it: it has no optimiser state, and experiment.py says so.
 
 import sys
 
-import tf_logging
+from runtime import tf_logging
 
 tf_logging.import_tensorflow_quietly()
 
 from absl import app, flags  # noqa: E402
 
-import checkpoints  # noqa: E402
-from errors import FlagError  # noqa: E402
+from runtime import checkpoints  # noqa: E402
+from runtime.errors import FlagError  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("logdir", None, "The run whose newest whole checkpoint to read.")

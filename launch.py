@@ -46,8 +46,8 @@ from collections.abc import Sequence
 
 from absl import app, flags
 
-import child_process
-import cluster
+from cluster import addresses
+from runtime import child_process
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -243,18 +243,20 @@ class Launcher:
         self.signals.append(signum)
 
     def _addresses(self) -> tuple[str, str]:
-        learner, actors = cluster.local_cluster_hosts(FLAGS.num_actors, FLAGS.port_base)
+        learner, actors = addresses.local_cluster_hosts(
+            FLAGS.num_actors, FLAGS.port_base
+        )
         learner_host = FLAGS.learner_host or learner
         actor_hosts = FLAGS.actor_hosts or ",".join(actors)
         # The tasks would fail the same way; fail here, before starting any.
-        config = cluster.cluster_from_flags(
+        config = addresses.cluster_from_flags(
             learner_host, actor_hosts, FLAGS.num_actors, "learner", 0
         )
         for job, index, address in [("learner", 0, config.learner_host)] + [
             ("actor", i, a) for i, a in enumerate(config.actor_hosts)
         ]:
-            _, port = cluster.parse_host_port(address)
-            if (err := cluster.port_in_use(port)) is not None:
+            _, port = addresses.parse_host_port(address)
+            if (err := addresses.port_in_use(port)) is not None:
                 flag = "--learner_host" if job == "learner" else "--actor_hosts"
                 raise ValueError(
                     f"port {port} for {job} task {index} ({address}) is in use: "

@@ -5,7 +5,7 @@ they step and may crash. Each `PyProcess` runs one object of a user class in its
 child process; `process.proxy.method(*tensors)` builds a `py_func` op that sends the
 call to the child over a pipe and returns its result as tensors:
 
-    env = PyProcess(AtariEnv, 'pong', seed=1)       # registers in a graph collection
+    env = PyProcess(PyProcessAtari, 'pong', seed=1) # registers in a graph collection
     observation = env.proxy.initial()                # nest of tf.Tensor
     reward, done, observation = env.proxy.step(action)
     with tf.compat.v1.train.MonitoredSession(hooks=[PyProcessHook()]) as session:
@@ -18,7 +18,8 @@ method's parameter names to the tensors (or Python values) passed to the proxy.
 
 The process itself (its child, pipe, failures, restarts and shutdown) is
 child_process.ChildProcess, which PyProcess extends; its errors,
-`start_all` and `close_all` are re-exported here. Failure behaviour: see
+`start_each`, `start_all`, `close_all` and `killed_by_signal` are
+re-exported here. Failure behaviour: see
 child_process.py; inside `session.run` an error of the child surfaces as a
 `tf.errors` error whose message contains its text, and the process's
 `last_error` keeps the PyProcessError itself.
@@ -36,13 +37,15 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from child_process import (
+from runtime.child_process import (
     ChildProcess,
     PyProcessDiedError,
     PyProcessError,
     PyProcessRemoteError,
     close_all,
+    killed_by_signal,
     start_all,
+    start_each,
 )
 
 __all__ = [
@@ -52,7 +55,9 @@ __all__ = [
     "PyProcessHook",
     "PyProcessRemoteError",
     "close_all",
+    "killed_by_signal",
     "start_all",
+    "start_each",
 ]
 
 
@@ -317,7 +322,9 @@ class PyProcessHook(tf.compat.v1.train.SessionRunHook):
 
     def begin(self) -> None:
         self._processes = list(tf.compat.v1.get_collection(PyProcess.COLLECTION))
-        start_all(self._processes)
+        # Those already running were started by their owner (an actor's
+        # environments, by its supervisor: actor/supervisor.py).
+        start_all([p for p in self._processes if not p.alive])
 
     def after_create_session(self, session: Any, coord: Any) -> None:
         del session

@@ -3,9 +3,11 @@
 Two roles:
 
 * Imported by the benchmark scripts (no TensorFlow at import): machine
-  facts, the load average, `run_experiment` (experiment.py in a child
-  process, timed from inside), `measure_ceiling` (raw ALE with the training
-  preprocessing, one process per core, no agent) and /proc readers.
+  facts, the load average, the JSON record (`write_json`), `run_experiment`
+  (experiment.py in a child process, timed from inside), `measure_ceiling`
+  (raw ALE with the training preprocessing, one process per core, no
+  agent), the code snapshot (`snapshot_code`), /proc readers, and the
+  TensorBoard events reader and rolling mean of the learning tools.
 * Run as `python3 benchmarks/common.py run_experiment --bench_result=R.json
   --bench_warmup_s=W --bench_window_s=S <experiment.py flags>`: experiment.py's
   own `main`, unchanged, plus a session hook that records (time, frames)
@@ -77,6 +79,7 @@ def write_json(path: str | None, record: dict) -> None:
     """Writes `record` with this machine's facts to `path` (None: nothing)."""
     if path is None:
         return
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
         json.dump({"machine": machine_info(), **record}, f, indent=1, default=str)
     print(f"Wrote {path}")
@@ -154,31 +157,80 @@ def thread_cpu(pid: int) -> dict[int, tuple[str, float]]:
     return out
 
 
+# -- TensorBoard events and rolling means (the learning tools) ------------------------
+
+
+def read_scalar_events(
+    logdir: str, keep
+) -> tuple[list[tuple[float, int, str, float]], float | None]:
+    """(wall time, step, tag, value) of every scalar summary whose tag
+    `keep(tag)` accepts, from every events file under `logdir`, sorted; and
+    the earliest event's wall time. Only reads: safe on a run in progress
+    (a record still being written is skipped)."""
+    import glob
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+    from tensorflow.python.util import deprecation
+
+    deprecation._PRINT_DEPRECATION_WARNINGS = False  # summary_iterator's notice
+    rows, start = [], None
+    pattern = os.path.join(logdir, "**", "events.out.tfevents.*")
+    for path in sorted(glob.glob(pattern, recursive=True)):
+        try:
+            for event in tf.compat.v1.train.summary_iterator(path):
+                start = (
+                    event.wall_time if start is None else min(start, event.wall_time)
+                )
+                rows += [
+                    (event.wall_time, int(event.step), v.tag, float(v.simple_value))
+                    for v in event.summary.value
+                    if keep(v.tag)
+                ]
+        except tf.errors.DataLossError:
+            pass  # The file's last record is still being written.
+    return sorted(rows), start
+
+
+def rolling_mean(values, window: int):
+    """The mean of the last `window` values (fewer at the start), each."""
+    import numpy as np
+
+    values = np.asarray(values, dtype=float)
+    cumulative = np.cumsum(np.insert(values, 0, 0.0))
+    low = np.maximum(0, np.arange(1, len(values) + 1) - window)
+    return (cumulative[1:] - cumulative[low]) / (np.arange(1, len(values) + 1) - low)
+
+
 # -- the ceiling: raw ALE with the training preprocessing, no agent -----------------
 
 
-def _ceiling_worker(game, seed, seconds, start_at, result_queue):
+def _ceiling_worker(level, seed, seconds, start_at, result_queue):
     import numpy as np
 
-    import atari
+    import environments
+    from config import EnvironmentConfig
 
-    # The same environment class and settings as a training actor's child
-    # (environments.create_environment with episode_life=True), stepped in
-    # this process with uniformly random actions: no pipe, no TensorFlow.
-    env = atari.PyProcessAtari(game=game, seed=seed, episode_life=True)
+    # The environment class and options of a training actor's child (for
+    # Atari: the paper's preprocessing, an episode per life), stepped in this
+    # process with uniformly random actions: no pipe, no TensorFlow.
+    options = environments.run_options(level, EnvironmentConfig(level, (level,), 0))
+    env_type, kwargs = environments.environment_class(level, seed, **options)
+    env = env_type(**kwargs)
     env.initial()
     rng = np.random.RandomState(seed)
-    actions = rng.randint(len(env.action_set), size=4096)
+    actions = rng.randint(environments.num_actions([level]), size=4096)
     while time.time() < start_at:  # All workers start together.
         time.sleep(0.005)
     steps, i, start, cpu_start = 0, 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - start < seconds:
         for _ in range(50):
-            env.step(actions[i & 4095])
+            env.step(actions[i & 4095])  # Episode ends count too.
             i += 1
         steps += 50
     elapsed = time.perf_counter() - start
     cpu = time.process_time() - cpu_start
+    getattr(env, "close", lambda: None)()
     frames = steps * env_frames_per_step()
     result_queue.put((frames / elapsed, frames / cpu))
 
@@ -190,12 +242,12 @@ def env_frames_per_step() -> int:
 def measure_ceiling(
     seconds: float = 10.0,
     processes: int | None = None,
-    game: str = "pong",
-    worker=_ceiling_worker,
+    level: str = "atari/pong",
     start_delay_s: float = 3.0,
 ) -> dict:
-    """Frames/s of `processes` (default: all cores) processes stepping ALE
-    (or what `worker(game, seed, seconds, start_at, queue)` steps).
+    """Frames/s of `processes` (default: all cores) processes each stepping
+    `level`'s training environment with random actions (the raw ceiling:
+    ALE for Atari), started `start_delay_s` from now, together.
 
     Returns {'frames_per_s': total, 'per_process': [...], 'frames_per_cpu_s':
     mean frames per CPU-second of a process, 'load': load average before}.
@@ -207,7 +259,9 @@ def measure_ceiling(
     # Time for the children to import and reset before they start together.
     start_at = time.time() + start_delay_s
     workers = [
-        context.Process(target=worker, args=(game, 100 + i, seconds, start_at, results))
+        context.Process(
+            target=_ceiling_worker, args=(level, 100 + i, seconds, start_at, results)
+        )
         for i in range(processes)
     ]
     for w in workers:
@@ -227,22 +281,49 @@ def measure_ceiling(
 
 # -- experiment.py in a child process, measured from inside --------------------------
 
-_SNAPSHOT_FILES = ("*.py", "batcher.cc")
+
+def _is_code(path: str) -> bool:
+    """The files a run imports or builds: Python modules at the root and in
+    the packages (not the tests' or the benchmarks'), and batcher.cc."""
+    top = path.split("/")[0]
+    return path == "batcher.cc" or (
+        path.endswith(".py") and top not in ("tests", "benchmarks")
+    )
 
 
-def snapshot_repo() -> str:
-    """Copies the repository's top-level modules to a temporary directory.
+def snapshot_code(revision: str | None = None) -> str:
+    """Copies the code (`_is_code`) of the working tree, or of the git
+    `revision`, to a temporary directory, its layout kept; returns it.
 
-    Every run of one benchmark invocation then uses the same code, even while
-    teammates edit the working tree. Returns the directory.
+    Every run of one benchmark invocation then uses the same code, even
+    while the working tree is edited, and a baseline (--baseline_code) runs
+    the code of another commit beside it.
     """
-    import glob
     import shutil
 
-    target = tempfile.mkdtemp(prefix="bench_repo_")
-    for pattern in _SNAPSHOT_FILES:
-        for path in glob.glob(os.path.join(REPO, pattern)):
-            shutil.copy2(path, target)
+    target = tempfile.mkdtemp(prefix="bench_code_")
+    if revision is None:
+        listing = ["git", "ls-files", "--cached", "--others", "--exclude-standard"]
+    else:
+        listing = ["git", "ls-tree", "-r", "--name-only", revision]
+    names = subprocess.run(
+        listing, cwd=REPO, check=True, capture_output=True, text=True
+    ).stdout.split()
+    for name in filter(_is_code, names):
+        path = os.path.join(target, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if revision is None:
+            if os.path.exists(os.path.join(REPO, name)):
+                shutil.copy2(os.path.join(REPO, name), path)
+            continue
+        content = subprocess.run(
+            ["git", "show", f"{revision}:{name}"],
+            cwd=REPO,
+            check=True,
+            capture_output=True,
+        ).stdout
+        with open(path, "wb") as f:
+            f.write(content)
     return target
 
 
@@ -250,7 +331,7 @@ _code_dir = REPO
 
 
 def use_code_dir(path: str) -> None:
-    """Runs later experiments from `path` (a snapshot_repo() copy)."""
+    """Runs later experiments from `path` (a snapshot_code() copy)."""
     global _code_dir
     _code_dir = path
 
@@ -461,8 +542,13 @@ def _run_experiment_main() -> None:
             if recorder is not None and recorder.done:
                 run_context.request_stop()
 
-    import progress
-    import sessions
+    # The code's own modules, in its packages or (the code of a commit from
+    # before them, with --baseline_code) at its root.
+    def loaded(*names):
+        return next(sys.modules[name] for name in names if name in sys.modules)
+
+    progress = loaded("learner.progress", "progress")
+    sessions = loaded("runtime.sessions", "sessions")
 
     original_create = sessions.create_training_session
 

@@ -30,7 +30,7 @@ EPISODE_STEPS = 1350  # 5,400 frames at 4 action repeats
 
 _CHILD = """
 import json, sys, time
-import dmlab
+from families import dmlab
 import environments
 config = {"width": 96, "height": 72, "datasetPath": "", "logLevel": "WARN"}
 started = time.monotonic()
@@ -97,8 +97,7 @@ def main() -> None:
                 f"{record['step_ms']:.2f} ms (load {record['load']:.2f})",
                 flush=True,
             )
-    with open(args.json, "w") as f:
-        json.dump(rows, f, indent=1)
+    common.write_json(args.json, {"rows": rows})
     print()
     print("| case | level start (s) | episode-boundary step (s) | other steps (ms) |")
     print("|---|---:|---:|---:|")

@@ -42,7 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 import numpy as np  # noqa: E402
 
-import atari  # noqa: E402
+from families import atari  # noqa: E402
 
 UNROLL_LENGTH = 100
 

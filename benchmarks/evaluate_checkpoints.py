@@ -34,7 +34,10 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+ROOT = common.REPO
 _STEP = re.compile(r"model\.ckpt-(\d+)$")
 
 
@@ -91,7 +94,9 @@ def main() -> None:
     parser.add_argument("--logdir", required=True, help="the training run's --logdir")
     parser.add_argument("--level_name", required=True)
     parser.add_argument("--episodes", type=int, default=10, help="games per checkpoint")
-    parser.add_argument("--out", required=True, help="the JSON list written")
+    parser.add_argument(
+        "--out", required=True, help='the JSON record written ({"checkpoints": [...]})'
+    )
     parser.add_argument(
         "extra",
         nargs="*",
@@ -110,10 +115,7 @@ def main() -> None:
             f"over {len(record['returns'])} games",
             flush=True,
         )
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(records, f, indent=1)
-    print(f"Written: {args.out}")
+    common.write_json(args.out, {"checkpoints": records})
 
 
 if __name__ == "__main__":

@@ -26,43 +26,13 @@ import argparse
 import json
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
-ACTION_REPEATS = 4
-
-
-def _worker(level, seed, seconds, start_at, result_queue):
-    import numpy as np
-
-    import environments
-
-    env_type, kwargs = environments.environment_class(
-        level, seed, num_action_repeats=ACTION_REPEATS
-    )
-    env = env_type(**kwargs)
-    env.initial()
-    rng = np.random.RandomState(seed)
-    actions = rng.randint(environments.num_actions([level]), size=4096)
-    while time.time() < start_at:  # All workers start together.
-        time.sleep(0.005)
-    steps, start, cpu_start = 0, time.perf_counter(), time.process_time()
-    while time.perf_counter() - start < seconds:
-        env.step(actions[steps & 4095])  # Episode ends count too.
-        steps += 1
-    elapsed = time.perf_counter() - start
-    cpu = time.process_time() - cpu_start
-    env.close()
-    frames = steps * ACTION_REPEATS
-    result_queue.put((frames / elapsed, frames / cpu))
-
 
 def ceiling(level: str, seconds: float) -> dict:
-    return common.measure_ceiling(
-        seconds, game=level, worker=_worker, start_delay_s=12.0
-    )
+    return common.measure_ceiling(seconds, level=level, start_delay_s=12.0)
 
 
 def parse_layout(text: str) -> tuple[int, int, int]:
@@ -81,7 +51,7 @@ def main() -> None:
     parser.add_argument("--json", required=True, help="where the record goes")
     args = parser.parse_args()
     print(common.machine_line(), flush=True)
-    common.use_code_dir(common.snapshot_repo())
+    common.use_code_dir(common.snapshot_code())
     ceilings = [ceiling(args.level, args.ceiling_s)]
     print(f"ceiling (start): {ceilings[0]}", flush=True)
     runs = []
@@ -118,10 +88,9 @@ def main() -> None:
     ceilings.append(ceiling(args.level, args.ceiling_s))
     print(f"ceiling (end): {ceilings[1]}", flush=True)
     mean_ceiling = sum(c["frames_per_s"] for c in ceilings) / 2
-    with open(args.json, "w") as f:
-        json.dump(
-            {"level": args.level, "ceilings": ceilings, "runs": runs}, f, indent=1
-        )
+    common.write_json(
+        args.json, {"level": args.level, "ceilings": ceilings, "runs": runs}
+    )
     print()
     print(
         "| agent | actors x envs (per process) | frames/s | fraction of ceiling | "

@@ -23,7 +23,6 @@ sessions.session_config(single_machine_training=True), as training does.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -81,12 +80,14 @@ def bench_config(
     import numpy as np
     import tensorflow as tf
 
-    import actors
     import environments
-    import learner as learner_lib
-    import pipeline
-    import sessions
+    import trajectory
+    from actor.unroll import actor_output_specs
+    from agent import create_agent
     from config import AgentConfig, EnvironmentConfig, LearnerConfig
+    from learner import pipeline
+    from learner.update import build_learner
+    from runtime import sessions
 
     level_names = (LEVEL,)
     num_actions = environments.num_actions(level_names)
@@ -100,12 +101,12 @@ def bench_config(
         num_action_repeats=NUM_ACTION_REPEATS,
         total_environment_frames=int(1e9),
     )
-    specs = actors.actor_output_specs(environment, agent_config, unroll)
+    specs = actor_output_specs(environment, agent_config, unroll)
     rng = np.random.RandomState(0)
     flat_data = random_unrolls(specs, num_actions, UNIQUE_UNROLLS, rng)
     with tf.Graph().as_default():
         tf.compat.v1.set_random_seed(1)
-        agent = actors.create_agent(agent_config)  # as in training
+        agent = create_agent(agent_config)  # as in training
         flat_specs = tf.nest.flatten(specs)
         if mode == "queue":
             # Room for the whole pre-fill: the learner's queue itself has
@@ -133,7 +134,7 @@ def bench_config(
                 tf.nest.pack_sequence_as(specs, [tf.constant(d[i]) for d in flat_data])
                 for i in range(UNIQUE_UNROLLS)
             ]
-            stacked = pipeline.stack_unrolls(
+            stacked = trajectory.stack_unrolls(
                 [constants[i % UNIQUE_UNROLLS] for i in range(batch_size)]
             )
 
@@ -149,7 +150,7 @@ def bench_config(
                 return variable.read_value()
 
             batch = tf.nest.map_structure(hold, stacked)
-            learner = learner_lib.build_learner(
+            learner = build_learner(
                 agent, batch.agent_state, batch.env_outputs, batch.agent_outputs, config
             )
             fetches = learner.train_and_count
@@ -241,7 +242,7 @@ def main() -> None:
 
     import tensorflow as tf  # noqa: F401  (after TF_CPP_MIN_LOG_LEVEL)
 
-    import tf_logging
+    from runtime import tf_logging
 
     tf_logging.quiet_tensorflow_logging()
     print(common.machine_line(), flush=True)
@@ -294,17 +295,7 @@ def main() -> None:
             print("A subset ran: no record written (pass --json PATH to keep it).")
             return
         path = os.path.join(common.REPO, "benchmarks", "results", "learner.json")
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(
-            {
-                "machine": common.machine_info(),
-                "duration_s": duration,
-                "results": results,
-            },
-            f,
-            indent=1,
-        )
+    common.write_json(path, {"duration_s": duration, "results": results})
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ benchmarks/evaluate_checkpoints.py writes: whole games, where training
 episodes on Atari are single lives) drawn as black markers on both panels.
 
     python3 benchmarks/learning_curve.py --logdir /tmp/runs/pong_learning \\
-        --log /tmp/runs/pong_learning.log --out benchmarks/plots/pong_learning.png
+        --log /tmp/runs/pong_learning.log --out /tmp/pong_learning.png
 """
 
 from __future__ import annotations
@@ -28,11 +28,13 @@ from __future__ import annotations
 import argparse
 import collections
 import datetime
-import glob
 import json
 import os
 import re
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
 
 Episode = collections.namedtuple("Episode", "wall_time frames episode_return")
 
@@ -41,45 +43,19 @@ def read_events(
     logdir: str, tag_suffix: str = "/episode_return"
 ) -> tuple[list[Episode], float | None]:
     """Episodes from every events file under logdir; and the earliest event time."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import tensorflow as tf
-    from tensorflow.python.util import deprecation
-
-    deprecation._PRINT_DEPRECATION_WARNINGS = False  # noqa: SLF001 (summary_iterator's notice)
-    episodes, start = [], None
-    paths = sorted(
-        glob.glob(os.path.join(logdir, "**", "events.out.tfevents.*"), recursive=True)
-    )
-    for path in paths:
-        try:
-            for event in tf.compat.v1.train.summary_iterator(path):
-                start = (
-                    event.wall_time if start is None else min(start, event.wall_time)
-                )
-                for value in event.summary.value:
-                    if value.tag.endswith(tag_suffix):
-                        episodes.append(
-                            Episode(
-                                event.wall_time,
-                                int(event.step),
-                                float(value.simple_value),
-                            )
-                        )
-        except tf.errors.DataLossError:
-            pass  # The file's last record is still being written.
-    episodes.sort()
-    return episodes, start
+    rows, start = common.read_scalar_events(logdir, lambda t: t.endswith(tag_suffix))
+    return [Episode(wall, step, value) for wall, step, _, value in rows], start
 
 
 _TIME = r"^[IWE](\d{4}) (\d\d:\d\d:\d\d\.\d+)"
 _EPISODE = re.compile(_TIME + r".*Episode on \S+: return (-?[\d.]+)")
-# "frames 1280 | ..." (older logs) or "frames 1,280 / 10,000,000 (0.0 %) | ...".
-_PROGRESS = re.compile(_TIME + r".*\] frames ([\d,]+) [|/]")
+# "frames 1,280 / 10,000,000 (0.0 %) | ..."
+_PROGRESS = re.compile(_TIME + r".*\] frames ([\d,]+) /")
 
 
 def read_log(path: str, year: int) -> tuple[list[Episode], float | None]:
     """Episodes from an experiment.py log (absl lines); frames interpolated
-    from the progress lines ("frames N | ..."), every 10 s."""
+    from the progress lines ("frames N / TARGET ..."), every 10 s."""
 
     def when(mmdd: str, hms: str) -> float:
         stamp = datetime.datetime.strptime(f"{year}{mmdd} {hms}", "%Y%m%d %H:%M:%S.%f")
@@ -131,20 +107,8 @@ def remove_gaps(
     return shifted, points, removed
 
 
-def rolling_mean(values, window: int):
-    import numpy as np
-
-    values = np.asarray(values, dtype=float)
-    cumulative = np.cumsum(np.insert(values, 0, 0.0))
-    out = np.empty_like(values)
-    for i in range(len(values)):
-        lo = max(0, i + 1 - window)
-        out[i] = (cumulative[i + 1] - cumulative[lo]) / (i + 1 - lo)
-    return out
-
-
 def summarize(episodes: list[Episode], start: float, window: int, thresholds) -> dict:
-    rolling = rolling_mean([e.episode_return for e in episodes], window)
+    rolling = common.rolling_mean([e.episode_return for e in episodes], window)
     full = list(range(window - 1, len(episodes)))  # rolling means over a full window
     summary = {
         "episodes": len(episodes),
@@ -207,7 +171,7 @@ def plot(
     returns = np.array([e.episode_return for e in episodes])
     frames = np.array([e.frames for e in episodes]) / 1e6
     minutes = (np.array([e.wall_time for e in episodes]) - start) / 60.0
-    rolling = rolling_mean(returns, window)
+    rolling = common.rolling_mean(returns, window)
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
     test_x = x_of_test(test_points, start)
     for panel, (ax, x, label) in enumerate(
@@ -327,7 +291,7 @@ def main() -> None:
     test_points = []
     if args.test_points:
         with open(args.test_points) as f:
-            test_points = sorted(json.load(f), key=lambda p: p["frames"])
+            test_points = sorted(json.load(f)["checkpoints"], key=lambda p: p["frames"])
     removed = 0.0
     if args.max_gap_s > 0:
         episodes, test_points, removed = remove_gaps(
@@ -382,9 +346,7 @@ def main() -> None:
             f"over {len(p['returns'])} games."
         )
     print(f"Plot: {args.out}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(summary, f, indent=1)
+    common.write_json(args.json, summary)
 
 
 if __name__ == "__main__":

@@ -59,7 +59,8 @@ def baselines(code_dir: str) -> dict:
 _ENV_ALONE = """
 import sys
 sys.path.insert(0, sys.argv[1])
-import atari, py_process
+import py_process
+from families import atari
 p = py_process.PyProcess(atari.PyProcessAtari, game='pong', seed=1, episode_life=True)
 p.start()
 p._call('initial', (), {})
@@ -86,7 +87,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     started = time.time()
-    code_dir = common.snapshot_repo()
+    code_dir = common.snapshot_code()
     common.use_code_dir(code_dir)
     print(common.machine_line(), flush=True)
     base = baselines(code_dir)
@@ -145,17 +146,9 @@ def main() -> None:
         )
     duration = time.time() - started
     print(f"\n{duration:.0f} s")
-    with open(args.json, "w") as f:
-        json.dump(
-            {
-                "machine": common.machine_info(),
-                "baselines": base,
-                "rows": rows,
-                "duration_s": duration,
-            },
-            f,
-            indent=1,
-        )
+    common.write_json(
+        args.json, {"baselines": base, "rows": rows, "duration_s": duration}
+    )
 
 
 if __name__ == "__main__":

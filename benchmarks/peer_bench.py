@@ -15,7 +15,6 @@ again. Environment frames/s for all (frame skip 4 for both projects).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import subprocess
@@ -71,8 +70,7 @@ def main() -> None:
     record["ceilings"].append(common.measure_ceiling(10.0))
     ceiling = sum(c["frames_per_s"] for c in record["ceilings"]) / 2
     record["ceiling_frames_per_s"] = ceiling
-    with open(RECORD, "w") as f:
-        json.dump(record, f, indent=1)
+    common.write_json(RECORD, record)
     peer_fps = record["runs"][label]["frames_per_s"]
     print(f"\nceiling {ceiling:.0f} frames/s\n")
     print("| run | frames/s | of the ceiling | x Sample Factory |")

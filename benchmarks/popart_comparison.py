@@ -111,21 +111,13 @@ def main() -> None:
         plot(args.root)
 
 
-def rolling(values: list[float], window: int) -> list[float]:
-    out, total = [], 0.0
-    for i, value in enumerate(values):
-        total += value - (values[i - window] if i >= window else 0.0)
-        out.append(total / min(i + 1, window))
-    return out
-
-
 def plot(root: str, window: int = 100) -> None:
     """Per-game training returns of each arm against frames, and the record
     (test-mode returns and human-normalised scores of each arm)."""
     import learning_curve
     import matplotlib
 
-    import atari57
+    from families import atari57
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -167,8 +159,8 @@ def plot(root: str, window: int = 100) -> None:
             if not episodes:
                 continue
             frames = [e.frames / 1e6 for e in episodes]
-            returns = rolling([e.episode_return for e in episodes], window)
-            entry["training_final_rolling_mean"][game] = returns[-1]
+            returns = common.rolling_mean([e.episode_return for e in episodes], window)
+            entry["training_final_rolling_mean"][game] = float(returns[-1])
             entry["frames"] = max(entry.get("frames", 0), episodes[-1].frames)
             ax.plot(frames, returns, label=f"{arm} ({' '.join(flags)})")
         if "--popart" in flags:
@@ -188,9 +180,8 @@ def plot(root: str, window: int = 100) -> None:
     fig.tight_layout()
     os.makedirs(os.path.dirname(PLOT), exist_ok=True)
     fig.savefig(PLOT, dpi=110)
-    with open(RECORD, "w") as f:
-        json.dump(record, f, indent=1)
-    print(f"Wrote {PLOT} and {RECORD}")
+    common.write_json(RECORD, record)
+    print(f"Wrote {PLOT}")
     print(table(record))
 
 
@@ -198,7 +189,7 @@ def popart_statistics(logdir: str, games: list[str]) -> dict:
     """Each game's mean and scale in the run's newest checkpoint."""
     import tensorflow as tf
 
-    import popart
+    from learner import popart
 
     reader = tf.train.load_checkpoint(logdir)
     mean = reader.get_tensor("popart/mean")

@@ -14,13 +14,14 @@ each return, their mean and standard error.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402 - it puts the repository on the path
+
 import environments  # noqa: E402
 
 
@@ -52,11 +53,10 @@ def main() -> None:
         f"random policy on {args.level}: mean return {mean:.2f} +- {sem:.2f} (SEM) "
         f"over {len(returns)} episodes"
     )
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(
-                {"level": args.level, "returns": returns, "mean": mean, "sem": sem}, f
-            )
+    common.write_json(
+        args.json,
+        {"level": args.level, "returns": returns, "mean": mean, "sem": sem},
+    )
 
 
 if __name__ == "__main__":

@@ -11,8 +11,11 @@ against the environment frame count (the summaries' step), one panel each.
 from __future__ import annotations
 
 import argparse
-import glob
 import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
 
 DEFAULT_TAGS = (
     "atari/pong/episode_return",
@@ -24,19 +27,10 @@ DEFAULT_TAGS = (
 
 def read_scalars(logdir: str, tags) -> dict[str, list[tuple[int, float]]]:
     """tag -> [(step, value)] sorted by step, from every events file."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import tensorflow as tf
-
+    rows, _ = common.read_scalar_events(logdir, lambda tag: tag in tags)
     values: dict[str, list[tuple[int, float]]] = {tag: [] for tag in tags}
-    pattern = os.path.join(logdir, "**", "events.out.tfevents.*")
-    for path in sorted(glob.glob(pattern, recursive=True)):
-        try:
-            for event in tf.compat.v1.train.summary_iterator(path):
-                for value in event.summary.value:
-                    if value.tag in values:
-                        values[value.tag].append((int(event.step), value.simple_value))
-        except tf.errors.DataLossError:
-            pass  # The last record of a run in progress.
+    for _, step, tag, value in rows:
+        values[tag].append((step, value))
     return {tag: sorted(points) for tag, points in values.items()}
 
 

@@ -8,26 +8,8 @@ stepping `atari.PyProcessAtari` in its own process with the training
 preprocessing and random actions, no agent, no TensorFlow (measured at the
 start and at the end of the invocation; the ratio uses their mean).
 
-Parts (each one invocation; `--part=all` runs actors, deep_actors,
-monobeast_settings and profile in turn), each named for what it varies:
-  actors              shallow agent, 1, 2, 4, 8, 16 actors of one
-                      environment, dynamic batching on and off, batch 8,
-                      unroll 20
-  deep_actors         deep agent, 4 and 16 actors, batching on and off
-  monobeast_settings  MonoBeast's settings: shallow agent, 4 actors, batch
-                      8, unroll 80, batching on and off; agent steps/s
-                      against MonoBeast's figures for this machine size
-                      (given, not measured here): 150 agent steps/s with an
-                      LSTM, 610 feed-forward
-  threads             TensorFlow's intra-op pool: one thread per core
-                      against one thread (shallow 8 actors, deep 4 actors)
-  profile             shallow agent at Atari's defaults (4 x 32, 32 per
-                      process), the CPU's own kernels and AVX2 kernels: the
-                      CPU time of each thread group and process over the
-                      window (/proc), optionally `--py_spy` samples
-  batching            shallow agent, 8 actors, batching on and off: the
-                      before/after part (with --baseline_code)
-  envs_per_actor      K = 1, 2, 4 environments per actor
+Parts (each one invocation; `--part=all` runs every part in turn), each
+named for what it varies:
   layouts             actors x environments per actor over 1-16 actors,
                       shallow and deep (plot: throughput_layouts.png)
   envs_per_process    M environments to a process against one per process
@@ -37,8 +19,6 @@ monobeast_settings and profile in turn), each named for what it varies:
                       shallow (plot: throughput_torso_dtype.png)
   torso_dtype_deep    the deep agent: 8 x 1 float32 against 8 x 4 and
                       8 x 8 bfloat16
-  tested_commands     the tested command lines of flagfiles/ (pong_shallow,
-                      pong_deep), read from their flag files
   defaults            a run given only --agent (Atari's throughput defaults)
                       against the agent's best documented setting
   avx2_kernels        oneDNN capped at AVX2 (an AVX2-only CPU's kernels):
@@ -46,6 +26,10 @@ monobeast_settings and profile in turn), each named for what it varies:
                       project's (on), shallow and deep float32 defaults
   deep_threads        the deep agent's defaults with one thread per kernel
                       against one per core (float32 on AVX2 kernels, auto)
+  profile             shallow agent at Atari's defaults (4 x 32, 32 per
+                      process), the CPU's own kernels and AVX2 kernels: the
+                      CPU time of each thread group and process over the
+                      window (/proc), optionally `--py_spy` samples
   shallow_batch       the shallow agent at 8 x 8 with batch 8, 16 and 32
   shallow_batch32_layouts  the shallow agent at batch 32 over 32-128
                       environments
@@ -57,17 +41,15 @@ monobeast_settings and profile in turn), each named for what it varies:
 Each configuration's child is a fresh process, so start-up (TensorFlow
 import, graph build, children start) costs ~15-25 s per run on an idle
 2-core machine and 30-110 s on a loaded one; one run is start-up + warm-up
-(8 s) + window (30 s) + shutdown. On an idle machine actors takes about
-10 min, deep_actors 5, monobeast_settings 3, profile 4; the others stay
-under ~6 min each. Figures go to stdout, a JSON file
+(8 s) + window (30 s) + shutdown. On an idle machine a part takes 3-10
+min (layouts the longest). Figures go to stdout, a JSON file
 per part under benchmarks/results/ (which replaces the committed record of
 that part; `--json PATH` writes one part's record elsewhere) and, with
 --plot, benchmarks/plots/.
 
-    python3 benchmarks/throughput_bench.py --part=actors
-    python3 benchmarks/throughput_bench.py --part=monobeast_settings
+    python3 benchmarks/throughput_bench.py --part=defaults
+    python3 benchmarks/throughput_bench.py --part=defaults --baseline_code=git:HEAD~1
     python3 benchmarks/throughput_bench.py --part=profile --py_spy
-    python3 benchmarks/throughput_bench.py --part=tested_commands
     python3 benchmarks/throughput_bench.py --part=torso_dtype_deep --json /tmp/a.json
     python3 benchmarks/throughput_bench.py --plot     # plots from the JSON files
 """
@@ -91,86 +73,6 @@ RESULTS_DIR = os.path.join(common.REPO, "benchmarks", "results")
 PLOTS_DIR = os.path.join(common.REPO, "benchmarks", "plots")
 FRAMES_PER_AGENT_STEP = 4
 
-MONOBEAST_LSTM_STEPS = (
-    150  # agent steps/s, given for this machine size (not measured here)
-)
-MONOBEAST_FF_STEPS = 610
-
-
-def _grid(agent, actors, unroll=20):
-    return [
-        dict(
-            agent=agent,
-            num_actors=n,
-            batch_size=8,
-            unroll_length=unroll,
-            dynamic_batching=b,
-        )
-        for n in actors
-        for b in (True, False)
-    ]
-
-
-PARTS = {
-    "actors": _grid("shallow", (1, 2, 4, 8, 16)),
-    "deep_actors": _grid("deep", (4, 16)),
-    "monobeast_settings": _grid("shallow", (4,), unroll=80),
-    # TensorFlow's intra-op pool: one thread per core (TensorFlow's default)
-    # against one thread, with the environment variable that experiment.py
-    # leaves in charge when it is set.
-    "threads": [
-        dict(
-            agent=a,
-            num_actors=n,
-            batch_size=8,
-            unroll_length=20,
-            dynamic_batching=b,
-            env=e,
-        )
-        for a, n in (("shallow", 8), ("deep", 4))
-        for b in (True, False)
-        for e in (
-            {"TF_NUM_INTRAOP_THREADS": str(os.cpu_count())},
-            {"TF_NUM_INTRAOP_THREADS": "1"},
-        )
-    ],
-    # Before/after a change to the agent or the loop (with --baseline_code):
-    # shallow agent, 8 actors, batching on and off.
-    "batching": [
-        dict(
-            agent="shallow",
-            num_actors=8,
-            batch_size=8,
-            unroll_length=20,
-            dynamic_batching=b,
-        )
-        for b in (True, False)
-    ],
-}
-
-
-def _vector_configs() -> list[dict]:
-    """Environments per actor: K = 1 (dynamic batching on, the
-    configuration before/after comparisons use) against K = 2 and 4."""
-    configs = []
-    for agent, actors, unroll, ks in (
-        ("shallow", 8, 20, (1, 2, 4)),
-        ("shallow", 4, 80, (1, 2, 4)),
-        ("deep", 8, 20, (1, 4)),
-    ):
-        for k in ks:
-            config = dict(
-                agent=agent,
-                num_actors=actors,
-                batch_size=8,
-                unroll_length=unroll,
-                dynamic_batching=True,
-            )
-            if k > 1:
-                config["envs_per_actor"] = k
-            configs.append(config)
-    return configs
-
 
 def _grid_with_k(agent: str, actors, k: int) -> list[dict]:
     return [
@@ -186,10 +88,9 @@ def _grid_with_k(agent: str, actors, k: int) -> list[dict]:
     ]
 
 
-PARTS["envs_per_actor"] = _vector_configs()
+PARTS: dict[str, list[dict]] = {}
 # Shallow 1-16 actors and deep 4 and 16 actors, one environment per actor
-# (batching on) and K environments per actor; then MonoBeast's settings (4
-# actors, unroll 80).
+# (batching on) and K environments per actor; then 4 actors at unroll 80.
 PARTS["layouts"] = [
     *_grid_with_k("shallow", (1, 2, 4, 8, 16), 1),
     *_grid_with_k("shallow", (1, 2, 4, 8, 16), 4),
@@ -261,40 +162,12 @@ PARTS["torso_dtype_deep"] = [
     _bfloat16(_shared("deep", 8, 8, 8)),
 ]
 
-TESTED_FLAGFILES = ("flagfiles/pong_shallow.cfg", "flagfiles/pong_deep.cfg")
-
-
-def flagfile_config(path: str) -> dict:
-    """A configuration from a flag file of flagfiles/ (`--name=value`
-    lines; numbers as numbers), so the benchmark measures the documented
-    command line itself. Its run targets and schedules are left out."""
-    config = {"flagfile": path, "dynamic_batching": True}
-    with open(os.path.join(common.REPO, path)) as f:
-        for line in f:
-            line = line.strip()
-            if not line.startswith("--"):
-                continue
-            name, _, value = line[2:].partition("=")
-            if name in ("total_environment_frames", "learning_rate_decay_frames"):
-                continue
-            for kind in (int, float):
-                try:
-                    value = kind(value)
-                    break
-                except ValueError:
-                    pass
-            config[name] = value if value != "" else "true"
-    return config
-
-
-PARTS["tested_commands"] = [flagfile_config(path) for path in TESTED_FLAGFILES]
-
 
 def _family_defaults(agent: str, **flags) -> dict:
     """A run given only --agent (and `flags`): no layout flag, so Atari's
     throughput defaults apply; the layout is recorded for the table but not
     passed (flags_for drops it)."""
-    import atari
+    from families import atari
 
     return dict(
         agent=agent,
@@ -310,7 +183,6 @@ def _family_defaults(agent: str, **flags) -> dict:
 PARTS["defaults"] = [
     _family_defaults("shallow"),
     dict(_shared("shallow", 4, 32, 32), batch_size=32),
-    _shared("shallow", 8, 8, 8),  # the shallow agent's previous defaults (batch 8)
     _family_defaults("deep", torso_dtype="auto"),
     dict(_shared("deep", 8, 4, 4), batch_size=32, torso_dtype="auto"),
 ]
@@ -363,35 +235,9 @@ PARTS["shallow_batch32_layouts"] = [
 ]
 
 
-def export_git_revision(revision: str) -> str:
-    """The repository's top-level files at `revision`, in a temporary dir."""
-    import tempfile
-
-    target = tempfile.mkdtemp(prefix="bench_rev_")
-    names = subprocess.run(
-        ["git", "ls-tree", "--name-only", revision],
-        cwd=common.REPO,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.split()
-    for name in names:
-        if name.endswith(".py") or name == "batcher.cc":
-            content = subprocess.run(
-                ["git", "show", f"{revision}:{name}"],
-                cwd=common.REPO,
-                check=True,
-                capture_output=True,
-            ).stdout
-            with open(os.path.join(target, name), "wb") as f:
-                f.write(content)
-    return target
-
-
 def flags_for(config: dict) -> dict:
     flags = dict(config, total_environment_frames=10**12)
     flags.pop("env", None)
-    flags.pop("flagfile", None)  # its flags are in the configuration
     if flags.pop("family_defaults", False):
         for name in config_lib.LAYOUT_SETTINGS:
             flags.pop(name, None)
@@ -490,7 +336,7 @@ def summarize_py_spy(path: str) -> dict:
 
 def run_part(part: str, args) -> dict:
     configs = PARTS[part]
-    code_dir = args.code or common.snapshot_repo()
+    code_dir = args.code or common.snapshot_code()
     common.use_code_dir(code_dir)
     print(common.machine_line(), flush=True)
     print(f"Code snapshot: {code_dir}", flush=True)
@@ -504,11 +350,11 @@ def run_part(part: str, args) -> dict:
     if args.baseline_code:
         if args.baseline_code.startswith("git:"):
             rev = args.baseline_code.removeprefix("git:")
-            base_dir = export_git_revision(rev)
+            base_dir = common.snapshot_code(rev)
         else:
             rev = base_dir = args.baseline_code
         variants = [(f"baseline {rev}", base_dir), ("current", code_dir)]
-    repeats = args.repeats or (2 if part in ("profile", "batching") else 1)
+    repeats = args.repeats or (2 if part == "profile" else 1)
     for repeat in range(repeats):
         for config in configs:
             # --alternate: the code that runs second in a round runs first in
@@ -634,8 +480,6 @@ def table(result: dict) -> str:
         agent = c["agent"]
         if c.get("torso_dtype", "float32") != "float32":
             agent += f" ({c['torso_dtype']})"
-        if c.get("flagfile"):
-            agent += f", {os.path.basename(c['flagfile'])}"
         if c.get("family_defaults"):
             agent += ", no layout flags (Atari's defaults)"
         ratio = ""
@@ -655,20 +499,6 @@ def table(result: dict) -> str:
             f"| {per_cpu:.0f} | {per_cpu / ceiling_per_cpu:.1%} "
             f"| {run['load_start']:.1f}-{run['load_end']:.1f} | {run['startup_s']:.0f} |"
         )
-    if result["part"] == "monobeast_settings":
-        lines.append("")
-        for run in result["runs"]:
-            if "frames_per_s" not in run:
-                continue
-            steps = run["frames_per_s"] / FRAMES_PER_AGENT_STEP
-            lines.append(
-                f"- repeat {run['repeat'] + 1}, dynamic batching {'on' if run['config']['dynamic_batching'] else 'off'} "
-                f"(load {run['load_start']:.1f}): "
-                f"{steps:.0f} agent steps/s = {steps / MONOBEAST_LSTM_STEPS:.2f}x MonoBeast-with-LSTM "
-                f"(150; target 1.5x = 225: {'met' if steps >= 1.5 * MONOBEAST_LSTM_STEPS else 'NOT met'}), "
-                f"{steps / MONOBEAST_FF_STEPS:.2f}x MonoBeast feed-forward (610, stretch: "
-                f"{'met' if steps >= MONOBEAST_FF_STEPS else 'not met'})."
-            )
     return "\n".join(lines)
 
 
@@ -864,83 +694,6 @@ def plot() -> None:
             with open(path) as f:
                 os.makedirs(PLOTS_DIR, exist_ok=True)
                 draw(json.load(f), os.path.join(PLOTS_DIR, f"throughput_{part}.png"))
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    results = {}
-    for part in ("actors", "deep_actors"):
-        path = record_path(part, None)
-        if os.path.exists(path):
-            with open(path) as f:
-                results[part] = json.load(f)
-    if not results:
-        print("No throughput JSON files to plot.")
-        return
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.4))
-    for part, result in results.items():
-        for batching, style in ((True, "-o"), (False, "--s")):
-            runs = sorted(
-                (
-                    r
-                    for r in result["runs"]
-                    if r["config"]["dynamic_batching"] == batching
-                    and "frames_per_s" in r
-                ),
-                key=lambda r: r["config"]["num_actors"],
-            )
-            xs = [r["config"]["num_actors"] for r in runs]
-            label = f"{part}, batching {'on' if batching else 'off'}"
-            axes[0].plot(xs, [r["frames_per_s"] for r in runs], style, label=label)
-            axes[1].plot(
-                xs,
-                [r["frames_per_s"] / result["ceiling_frames_per_s"] for r in runs],
-                style,
-                label=label,
-            )
-            axes[2].plot(
-                xs,
-                [r["frames_per_s"] * r["window_s"] / r["cpu_total_s"] for r in runs],
-                style,
-                label=label,
-            )
-            for x, r in zip(xs, runs, strict=True):
-                axes[0].annotate(
-                    f"{r['load_start']:.0f}",
-                    (x, r["frames_per_s"]),
-                    fontsize=6,
-                    color="grey",
-                    textcoords="offset points",
-                    xytext=(3, 3),
-                )
-        axes[0].axhline(result["ceiling_frames_per_s"], color="grey", lw=0.8, ls=":")
-    axes[0].text(
-        1,
-        max(r["ceiling_frames_per_s"] for r in results.values()),
-        " raw-ALE ceiling (mean)",
-        va="bottom",
-        fontsize=8,
-        color="grey",
-    )
-    _actor_axes(axes, "actors (threads, one environment process each)")
-    axes[0].set_yscale("log")
-    axes[0].set_ylabel("environment frames/s (steady window, log scale)")
-    axes[1].set_ylabel("fraction of the raw-ALE ceiling (same invocation)")
-    axes[2].set_ylabel("environment frames per CPU-second (all processes)")
-    axes[0].set_title(
-        "grey numbers: 1-min load average at the window's start", fontsize=8
-    )
-    axes[0].legend(fontsize=8)
-    fig.suptitle(
-        "atari/pong single-machine training, batch 8, unroll 20 (2-core CPU, no GPU)",
-        fontsize=10,
-    )
-    fig.tight_layout()
-    os.makedirs(PLOTS_DIR, exist_ok=True)
-    out = os.path.join(PLOTS_DIR, "throughput.png")
-    fig.savefig(out, dpi=110)
-    print(f"Wrote {out}")
 
 
 def main() -> None:
@@ -951,7 +704,7 @@ def main() -> None:
         "--part",
         choices=[*PARTS, "all"],
         default=None,
-        help="all = actors, deep_actors, monobeast_settings, profile",
+        help="all = every part, in turn",
     )
     parser.add_argument("--warmup_s", type=float, default=8.0)
     parser.add_argument("--window_s", type=float, default=30.0)
@@ -982,7 +735,9 @@ def main() -> None:
         "--py_spy", action="store_true", help="profile part: py-spy record the window"
     )
     parser.add_argument(
-        "--plot", action="store_true", help="draw benchmarks/plots/throughput.png"
+        "--plot",
+        action="store_true",
+        help="draw the plots of benchmarks/plots/ from the committed records",
     )
     parser.add_argument(
         "--json",
@@ -992,11 +747,7 @@ def main() -> None:
         "committed record of that part",
     )
     args = parser.parse_args()
-    parts = (
-        ["actors", "deep_actors", "monobeast_settings", "profile"]
-        if args.part == "all"
-        else ([args.part] if args.part else [])
-    )
+    parts = list(PARTS) if args.part == "all" else ([args.part] if args.part else [])
     if args.json is not None and len(parts) != 1:
         parser.error(
             f"--json={args.json} names one record, but --part={args.part} runs "
@@ -1008,10 +759,7 @@ def main() -> None:
         result = run_part(part, args)
         result["duration_s"] = time.time() - started
         path = record_path(part, args.json)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w") as f:
-            json.dump(result, f, indent=1)
-        print(f"Wrote {path}")
+        common.write_json(path, result)
         print()
         print(table(result))
         print()

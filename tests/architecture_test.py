@@ -22,27 +22,87 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-FLAG_SCRIPTS = {"experiment.py", "launch.py", "export_weights.py"}
+FLAG_SCRIPTS = {"experiment", "launch", "export_weights"}
 MAX_EXPERIMENT_LINES = 620
 MIN_FAST_TESTS = 100
 
 
+PACKAGES = ("actor", "cluster", "evaluation", "families", "learner", "runtime")
+# The card's names and the other entry scripts; everything else is in PACKAGES.
+MAX_ROOT_MODULES = 14
+# What each package may import of the project (besides itself): the seams.
+# A module at the root is named by its file name; a package by its name.
+ALLOWED_IMPORTS = {
+    # The bottom layer: processes, sessions, errors, logging, checkpoints.
+    "runtime": set(),
+    # Environments: the contract and the families, under the registry.
+    "families": {"runtime", "dmlab30"},
+    # The actor's side: environments, the unroll, its runner and supervisor.
+    "actor": {
+        "runtime",
+        "families",
+        "agent",
+        "config",
+        "dynamic_batching",
+        "environments",
+        "py_process",
+        "trajectory",
+    },
+    # The learner's side: it knows the trajectory, never the actor.
+    "learner": {
+        "runtime",
+        "families",
+        "agent",
+        "config",
+        "environments",
+        "trajectory",
+        "vtrace",
+    },
+}
+
+
+def module_name(path: Path, root: Path) -> str:
+    """'actor/runner.py' -> 'actor.runner'; 'actor/__init__.py' -> 'actor'."""
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
 def project_modules(root: Path) -> dict[str, Path]:
-    """Module name -> path for the top-level .py files of `root`."""
-    return {path.stem: path for path in sorted(root.glob("*.py"))}
+    """Module name -> path for the .py files at the root of `root` and in
+    its packages (folders with an __init__.py)."""
+    paths = sorted(root.glob("*.py"))
+    for init in sorted(root.glob("*/__init__.py")):
+        paths += sorted(init.parent.glob("*.py"))
+    return {module_name(path, root): path for path in paths}
 
 
-def imported_modules(path: Path, known: set[str]) -> set[str]:
-    """The modules of `known` that `path` imports anywhere in its code."""
+def _imported_names(node: ast.AST) -> list[str]:
+    """The dotted names an import statement can refer to: `import a.b` ->
+    ['a.b']; `from a import b, c` -> ['a.b', 'a.c', 'a'] (b may be a module
+    of package a, or a name in a's __init__)."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+        return [f"{node.module}.{alias.name}" for alias in node.names] + [node.module]
+    return []
+
+
+def imported_modules(path: Path, known: set[str], top_level_only=False) -> set[str]:
+    """The modules of `known` that `path` imports (anywhere in its code, or
+    at module level only)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    nodes = tree.body if top_level_only else ast.walk(tree)
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            names = [alias.name.split(".")[0] for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [node.module.split(".")[0]]
+    for node in nodes:
+        names = _imported_names(node)
+        if isinstance(node, ast.ImportFrom):
+            # `from a import b`: module a.b when it is one, else module a.
+            modules = [n for n in names[:-1] if n in known]
+            found.update(modules or [n for n in names[-1:] if n in known])
         else:
-            continue
-        found.update(name for name in names if name in known)
+            found.update(name for name in names if name in known)
     return found
 
 
@@ -79,7 +139,12 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_project_modules_import_each_other_without_a_cycle():
     graph = import_graph(REPO)
-    assert {"experiment", "actors", "pipeline", "distributed"} <= set(graph)
+    assert {
+        "experiment",
+        "actor.runner",
+        "learner.pipeline",
+        "cluster.actor_task",
+    } <= set(graph)
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
@@ -120,16 +185,16 @@ def offending_modules(check, exempt: set[str]) -> dict[str, list[str]]:
     return {
         name: problems
         for name, path in project_modules(REPO).items()
-        if path.name not in exempt and (problems := check(path))
+        if name not in exempt and (problems := check(path))
     }
 
 
 def test_only_the_scripts_read_flags():
     assert offending_modules(_reads_flags, FLAG_SCRIPTS) == {}
-    # The same as the shell check `grep -l "FLAGS\b" *.py`.
+    # The same as the shell check `grep -rl "FLAGS\b" --include=*.py`.
     mentions = {
-        path.name
-        for path in REPO.glob("*.py")
+        name
+        for name, path in project_modules(REPO).items()
         if re.search(r"FLAGS\b", path.read_text(encoding="utf-8"))
     }
     assert mentions <= FLAG_SCRIPTS, mentions - FLAG_SCRIPTS
@@ -177,25 +242,31 @@ def test_the_fast_subset_keeps_most_tests_and_leaves_out_the_slow_ones():
 
 # -- the environment seam ----------------------------------------------------------
 
-# The family modules and the registry: the only places that know which family
-# a level name belongs to.
-FAMILY_MODULES = {"atari", "atari57", "dmlab", "dmlab30", "doom", "environments"}
+
+def family_modules() -> set[str]:
+    """The modules that may know which family a level belongs to: the
+    registry, each registered family's module (read from the registry, so a
+    family added later is covered too) and the contract they share."""
+    import environments
+
+    registered = {type(family).__module__ for family in environments.families()}
+    assert {"families.atari", "families.dmlab", "families.doom"} <= registered
+    suites = {"families.atari57", "dmlab30"}  # the suites' own data
+    return registered | suites | {"environments", "families.contract"}
+
+
 # What a test of a level's family looks like: a family's prefix or suite name
 # in a comparison or a startswith call.
 FAMILY_MARKERS = ("atari/", "atari57", "dmlab30", "contributed/", "vizdoom")
 # Modules that must not import TensorFlow at module level: what environment
 # processes import (a child would pay seconds and hundreds of MiB for it), and
 # the pure layers (cluster addresses, CPU features) that tools use without it.
+# Every module of the families package is one of them.
 TF_FREE_MODULES = {
-    "atari",
-    "atari57",
-    "child_process",
-    "cluster",
-    "cpu_features",
-    "dmlab",
+    "runtime.child_process",
+    "cluster.addresses",
+    "runtime.cpu_features",
     "dmlab30",
-    "doom",
-    "environment_specs",
 }
 
 
@@ -226,8 +297,7 @@ def _family_tests(path: Path) -> list[str]:
 
 
 def test_no_module_outside_the_families_tests_a_levels_family():
-    exempt = {f"{name}.py" for name in FAMILY_MODULES}
-    assert offending_modules(_family_tests, exempt) == {}
+    assert offending_modules(_family_tests, family_modules()) == {}
 
 
 @pytest.mark.parametrize(
@@ -246,25 +316,91 @@ def test_the_family_check_catches_each_way_in(tmp_path, source):
 
 
 def _module_level_imports(path: Path) -> set[str]:
+    """Top-level names of what `path` imports at module level."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    names = set()
-    for node in tree.body:
-        if isinstance(node, ast.Import):
-            names.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module.split(".")[0])
-    return names
+    return {name.split(".")[0] for node in tree.body for name in _imported_names(node)}
 
 
 def test_modules_of_environment_processes_stay_free_of_tensorflow():
     """Also through the project modules they import at module level."""
     modules = project_modules(REPO)
-    seen, todo = set(), list(TF_FREE_MODULES)
+    families = {name for name in modules if name.startswith("families.")}
+    assert {"families.atari", "families.contract"} <= families
+    seen, todo = set(), [*TF_FREE_MODULES, *families]
     while todo:
         name = todo.pop()
         if name in seen:
             continue
         seen.add(name)
         imports = _module_level_imports(modules[name])
-        assert "tensorflow" not in imports, f"{name}.py imports TensorFlow"
-        todo += [m for m in imports if m in modules]
+        assert "tensorflow" not in imports, f"{modules[name]} imports TensorFlow"
+        todo += imported_modules(modules[name], set(modules), top_level_only=True)
+
+
+# -- the packages ------------------------------------------------------------------
+
+
+def package_of(module: str) -> str:
+    """'actor.runner' -> 'actor'; a root module is its own name."""
+    return module.split(".")[0]
+
+
+def seam_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Imports across the packages that ALLOWED_IMPORTS does not allow."""
+    problems = []
+    for name, targets in sorted(graph.items()):
+        package = package_of(name)
+        if package not in ALLOWED_IMPORTS:
+            continue
+        allowed = ALLOWED_IMPORTS[package] | {package}
+        problems += [
+            f"{name} imports {target}"
+            for target in sorted(targets)
+            if package_of(target) not in allowed
+        ]
+    return problems
+
+
+def test_the_packages_keep_their_seams():
+    """The runtime imports no other part of the project; the families no
+    actor, learner or cluster code; the learner does not import the actor,
+    nor the actor the learner (they share trajectory.py)."""
+    assert seam_violations(import_graph(REPO)) == []
+
+
+def test_the_seam_check_finds_a_learner_that_imports_the_actor(tmp_path):
+    (tmp_path / "learner").mkdir()
+    (tmp_path / "learner" / "__init__.py").write_text('"""The learner."""\n')
+    (tmp_path / "learner" / "loss.py").write_text("from actor import unroll\n")
+    (tmp_path / "actor").mkdir()
+    (tmp_path / "actor" / "__init__.py").write_text('"""The actor."""\n')
+    (tmp_path / "actor" / "unroll.py").write_text("import trajectory\n")
+    (tmp_path / "trajectory.py").write_text("import collections\n")
+    assert seam_violations(import_graph(tmp_path)) == [
+        "learner.loss imports actor.unroll"
+    ]
+
+
+def test_the_root_holds_the_entry_points_and_the_cards_names_only():
+    root = sorted(path.name for path in REPO.glob("*.py"))
+    assert len(root) <= MAX_ROOT_MODULES, root
+    card = {
+        "experiment.py",
+        "vtrace.py",
+        "dynamic_batching.py",
+        "environments.py",
+        "py_process.py",
+        "dmlab30.py",
+    }
+    assert card <= set(root)
+    assert (REPO / "batcher.cc").is_file() and (REPO / "Dockerfile").is_file()
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_each_package_says_what_it_holds(package):
+    """A docstring of one paragraph or more in its __init__.py."""
+    init = REPO / package / "__init__.py"
+    docstring = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8")))
+    assert docstring and len(docstring.split()) >= 20, package
+    on_disk = {p.name for p in REPO.iterdir() if (p / "__init__.py").is_file()}
+    assert on_disk == set(PACKAGES)

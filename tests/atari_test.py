@@ -12,7 +12,7 @@ import ale_py
 import numpy as np
 import pytest
 
-import atari
+from families import atari
 
 
 def _replica(game, seed):
@@ -216,7 +216,7 @@ def test_bad_arguments():
 
 
 def test_all_atari57_games_load():
-    import atari57
+    from families import atari57
 
     assert set(atari57.GAMES) <= set(atari.available_games())
 
@@ -236,7 +236,7 @@ def test_tensor_specs():
 
 def test_child_side_does_not_import_tensorflow():
     code = (
-        "import sys, atari, environments\n"
+        "import sys, environments\nfrom families import atari\n"
         "env = atari.PyProcessAtari('pong', seed=1)\n"
         "env.initial(); env.step(1)\n"
         "assert 'tensorflow' not in sys.modules, 'tensorflow imported'\n"

@@ -1,4 +1,4 @@
-"""Tests for cluster.py (addresses, servers, fast start-up) and launch.py.
+"""Tests for addresses.py (addresses, servers, fast start-up) and launch.py.
 
 Loopback only: every port is picked free at run time; every wait is bounded.
 The launcher tests run a tiny fake program instead of experiment.py: they check
@@ -18,8 +18,7 @@ import time
 
 import pytest
 
-import cluster
-import cluster_runtime
+from cluster import addresses, servers
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -36,8 +35,8 @@ def _tf_config(cluster_def, task=None, **extra):
 
 
 def test_flags_defaults_follow_the_reference_layout():
-    config = cluster.cluster_from_flags("localhost:8000", "", 3, "actor", 2)
-    assert config == cluster.ClusterConfig(
+    config = addresses.cluster_from_flags("localhost:8000", "", 3, "actor", 2)
+    assert config == addresses.ClusterConfig(
         "localhost:8000",
         ("localhost:8001", "localhost:8002", "localhost:8003"),
         "actor",
@@ -51,7 +50,7 @@ def test_flags_defaults_follow_the_reference_layout():
 
 
 def test_flags_explicit_hosts():
-    config = cluster.cluster_from_flags(
+    config = addresses.cluster_from_flags(
         "10.0.0.1:9000",
         "host-a.example.com:9001, 10.0.0.3:9001,[::1]:9002",
         3,
@@ -124,7 +123,7 @@ def test_flags_explicit_hosts():
 )
 def test_flags_errors(learner, actors, num_actors, job, task, expected):
     with pytest.raises(ValueError) as info:
-        cluster.cluster_from_flags(learner, actors, num_actors, job, task)
+        addresses.cluster_from_flags(learner, actors, num_actors, job, task)
     message = str(info.value)
     assert expected in message
     assert "\n" not in message  # One clear line.
@@ -132,12 +131,26 @@ def test_flags_errors(learner, actors, num_actors, job, task, expected):
 
 def test_error_names_flag_value_and_fix():
     with pytest.raises(ValueError, match="use a port from 1 to 65535") as info:
-        cluster.cluster_from_flags("h:1", "a:1,b:70000", 2, "actor", 0)
+        addresses.cluster_from_flags("h:1", "a:1,b:70000", 2, "actor", 0)
     assert str(info.value).startswith("--actor_hosts: port 70000 in 'b:70000'")
 
 
 # ---------------------------------------------------------------------------
 # Addresses from TF_CONFIG, and precedence.
+
+
+def from_tf_config(value: str) -> addresses.ClusterConfig:
+    """The cluster and this task that a TF_CONFIG value alone describes
+    (no address flag given, as experiment.py resolves it)."""
+    return addresses.resolve_cluster(
+        addresses.DEFAULT_LEARNER_HOST,
+        addresses.DEFAULT_ACTOR_HOSTS,
+        0,
+        "learner",
+        -1,
+        tf_config=value,
+        explicit_flags=(),
+    )
 
 
 def test_tf_config_learner_actor_names():
@@ -146,7 +159,7 @@ def test_tf_config_learner_actor_names():
         {"type": "actor", "index": 1},
         environment="cloud",  # Other top-level keys are ignored.
     )
-    config = cluster.cluster_from_tf_config(value)
+    config = from_tf_config(value)
     assert config[:4] == ("l:8000", ("a0:8001", "a1:8001"), "actor", 1)
     assert config.source == "TF_CONFIG"
 
@@ -156,12 +169,12 @@ def test_tf_config_chief_worker_names():
         {"chief": ["c:2222"], "worker": ["w0:2222", "w1:2222", "w2:2222"]},
         {"type": "chief", "index": 0},
     )
-    config = cluster.cluster_from_tf_config(value)
+    config = from_tf_config(value)
     assert config[:4] == ("c:2222", ("w0:2222", "w1:2222", "w2:2222"), "learner", 0)
     value = _tf_config(
         {"chief": ["c:2222"], "worker": ["w0:2222"]}, {"type": "worker", "index": 0}
     )
-    assert cluster.cluster_from_tf_config(value)[2:4] == ("actor", 0)
+    assert from_tf_config(value)[2:4] == ("actor", 0)
 
 
 @pytest.mark.parametrize(
@@ -249,7 +262,7 @@ def test_tf_config_chief_worker_names():
 )
 def test_tf_config_errors(value, expected):
     with pytest.raises(ValueError) as info:
-        cluster.cluster_from_tf_config(value)
+        from_tf_config(value)
     assert expected in str(info.value)
     assert "\n" not in str(info.value)
 
@@ -261,41 +274,41 @@ _TF2 = _tf_config(
 
 
 def test_resolve_single_machine_and_flags():
-    assert cluster.resolve_cluster("localhost:8000", "", 4, "learner", -1, "") is None
-    config = cluster.resolve_cluster("localhost:8000", "", 2, "actor", 1, "")
+    assert addresses.resolve_cluster("localhost:8000", "", 4, "learner", -1, "") is None
+    config = addresses.resolve_cluster("localhost:8000", "", 2, "actor", 1, "")
     assert config.source == "flags" and config.address == "localhost:8002"
     with pytest.raises(ValueError, match="--actor_hosts set but --task=-1"):
-        cluster.resolve_cluster("localhost:8000", "a:1", 1, "learner", -1, "")
+        addresses.resolve_cluster("localhost:8000", "a:1", 1, "learner", -1, "")
 
 
 def test_resolve_reads_environment(monkeypatch):
     monkeypatch.setenv("TF_CONFIG", _TF2)
-    config = cluster.resolve_cluster("localhost:8000", "", 4, "learner", -1)
+    config = addresses.resolve_cluster("localhost:8000", "", 4, "learner", -1)
     assert config[:4] == ("l:8000", ("a0:8001", "a1:8001"), "actor", 1)
 
 
 def test_resolve_precedence():
     # Flags at their defaults: TF_CONFIG wins (also over --num_actors=4).
-    config = cluster.resolve_cluster("localhost:8000", "", 4, "learner", -1, _TF2)
+    config = addresses.resolve_cluster("localhost:8000", "", 4, "learner", -1, _TF2)
     assert config[:4] == ("l:8000", ("a0:8001", "a1:8001"), "actor", 1)
     assert config.source == "TF_CONFIG"
     # Explicit flags that agree are fine.
-    same = cluster.resolve_cluster("l:8000", "a0:8001,a1:8001", 2, "actor", 1, _TF2)
+    same = addresses.resolve_cluster("l:8000", "a0:8001,a1:8001", 2, "actor", 1, _TF2)
     assert same == config
     # Explicit flags that differ are an error naming both.
     with pytest.raises(ValueError, match="--learner_host='x:1' contradicts TF_CONFIG"):
-        cluster.resolve_cluster("x:1", "", 4, "learner", -1, _TF2)
+        addresses.resolve_cluster("x:1", "", 4, "learner", -1, _TF2)
     with pytest.raises(ValueError, match="--actor_hosts=.* contradicts TF_CONFIG"):
-        cluster.resolve_cluster("localhost:8000", "a0:8001", 1, "learner", -1, _TF2)
+        addresses.resolve_cluster("localhost:8000", "a0:8001", 1, "learner", -1, _TF2)
     with pytest.raises(ValueError, match="--job_name=actor --task=0 contradicts"):
-        cluster.resolve_cluster("localhost:8000", "", 4, "actor", 0, _TF2)
+        addresses.resolve_cluster("localhost:8000", "", 4, "actor", 0, _TF2)
     with pytest.raises(ValueError, match="--num_actors=4 but TF_CONFIG lists 2"):
-        cluster.resolve_cluster(
+        addresses.resolve_cluster(
             "localhost:8000", "", 4, "learner", -1, _TF2, explicit_flags={"num_actors"}
         )
     # explicit_flags also catches a flag explicitly set to its default value.
     with pytest.raises(ValueError, match="--learner_host=.* contradicts"):
-        cluster.resolve_cluster(
+        addresses.resolve_cluster(
             "localhost:8000",
             "",
             4,
@@ -308,13 +321,13 @@ def test_resolve_precedence():
 
 def test_resolve_tf_config_without_task_uses_flags():
     value = _tf_config({"chief": ["c:1"], "worker": ["w0:2", "w1:2"]})
-    config = cluster.resolve_cluster("localhost:8000", "", 4, "actor", 1, value)
+    config = addresses.resolve_cluster("localhost:8000", "", 4, "actor", 1, value)
     assert config[:4] == ("c:1", ("w0:2", "w1:2"), "actor", 1)
     assert config.source.startswith("TF_CONFIG")
     with pytest.raises(ValueError, match='no "task" entry and --task=-1'):
-        cluster.resolve_cluster("localhost:8000", "", 4, "learner", -1, value)
+        addresses.resolve_cluster("localhost:8000", "", 4, "learner", -1, value)
     with pytest.raises(ValueError, match="--task=2 is out of range"):
-        cluster.resolve_cluster("localhost:8000", "", 4, "actor", 2, value)
+        addresses.resolve_cluster("localhost:8000", "", 4, "actor", 2, value)
 
 
 # ---------------------------------------------------------------------------
@@ -322,26 +335,26 @@ def test_resolve_tf_config_without_task_uses_flags():
 
 
 def test_cluster_spec_and_device_filters():
-    config = cluster.cluster_from_flags(
+    config = addresses.cluster_from_flags(
         "l:8000", "a0:8001,a1:8002,a2:8003", 3, "actor", 1
     )
-    spec = cluster_runtime.cluster_spec(config)
+    spec = servers.cluster_spec(config)
     assert spec.as_dict() == {
         "learner": ["l:8000"],
         "actor": ["a0:8001", "a1:8002", "a2:8003"],
     }
-    assert cluster.device_filters(config) == [
+    assert addresses.device_filters(config) == [
         "/job:learner/task:0",
         "/job:actor/task:1",
     ]
-    proto = cluster_runtime.server_config(config)
+    proto = servers.server_config(config)
     assert list(proto.device_filters) == ["/job:learner/task:0", "/job:actor/task:1"]
 
     import tensorflow as tf
 
     base = tf.compat.v1.ConfigProto(allow_soft_placement=True, device_filters=["/x"])
     learner = config._replace(job_name="learner", task=0)
-    proto = cluster_runtime.server_config(learner, base)
+    proto = servers.server_config(learner, base)
     assert list(proto.device_filters) == ["/job:learner/task:0"]
     assert proto.allow_soft_placement
     assert list(base.device_filters) == ["/x"]  # The base is not modified.
@@ -356,17 +369,17 @@ def _listening_socket():
 
 def test_start_server_port_in_use():
     sock, port = _listening_socket()
-    free = cluster.pick_free_ports(2)
+    free = addresses.pick_free_ports(2)
     try:
-        config = cluster.cluster_from_flags(
+        config = addresses.cluster_from_flags(
             f"127.0.0.1:{free[0]}",
             f"127.0.0.1:{free[1]},127.0.0.1:{port}",
             2,
             "actor",
             1,
         )
-        with pytest.raises(cluster.PortInUseError) as info:
-            cluster_runtime.start_server(config)
+        with pytest.raises(addresses.PortInUseError) as info:
+            servers.start_server(config)
         assert str(info.value).startswith(
             f"port {port} for --actor_hosts task 1 is in use:"
         )
@@ -375,10 +388,10 @@ def test_start_server_port_in_use():
             {"type": "chief", "index": 0},
         )
         with pytest.raises(
-            cluster.PortInUseError,
+            addresses.PortInUseError,
             match=re.escape(f"port {port} for TF_CONFIG cluster.chief[0] is in use"),
         ):
-            cluster_runtime.start_server(cluster.cluster_from_tf_config(tf_config))
+            servers.start_server(from_tf_config(tf_config))
     finally:
         sock.close()
 
@@ -387,41 +400,41 @@ def test_start_server_port_taken_after_check(monkeypatch):
     # The port can be taken between the check and TensorFlow's bind: the
     # server's own failure is reported the same way.
     sock, port = _listening_socket()
-    monkeypatch.setattr(cluster_runtime, "port_in_use", lambda port: None)
+    monkeypatch.setattr(servers, "port_in_use", lambda port: None)
     try:
-        config = cluster.cluster_from_flags(f"127.0.0.1:{port}", "", 1, "learner", 0)
+        config = addresses.cluster_from_flags(f"127.0.0.1:{port}", "", 1, "learner", 0)
         with pytest.raises(
-            cluster.PortInUseError, match=f"port {port} for --learner_host"
+            addresses.PortInUseError, match=f"port {port} for --learner_host"
         ):
-            cluster_runtime.start_server(config)
+            servers.start_server(config)
     finally:
         sock.close()
 
 
 def test_pick_free_ports_and_local_hosts():
-    ports = cluster.pick_free_ports(5)
+    ports = addresses.pick_free_ports(5)
     assert len(set(ports)) == 5
     for port in ports:
-        assert cluster.port_in_use(port) is None
-    learner, actors = cluster.local_cluster_hosts(2, port_base=9100)
+        assert addresses.port_in_use(port) is None
+    learner, actors = addresses.local_cluster_hosts(2, port_base=9100)
     assert (learner, actors) == ("localhost:9100", ("localhost:9101", "localhost:9102"))
-    learner, actors = cluster.local_cluster_hosts(3)
+    learner, actors = addresses.local_cluster_hosts(3)
     assert len({learner, *actors}) == 4
     with pytest.raises(ValueError, match="--port_base=65535"):
-        cluster.local_cluster_hosts(2, port_base=65535)
+        addresses.local_cluster_hosts(2, port_base=65535)
 
 
 def test_wait_for_port_times_out_quickly():
-    (port,) = cluster.pick_free_ports(1)
+    (port,) = addresses.pick_free_ports(1)
     start = time.monotonic()
     with pytest.raises(
         TimeoutError, match=f"learner at 127.0.0.1:{port} not reachable"
     ):
-        cluster.wait_for_port(f"127.0.0.1:{port}", timeout_secs=0.5, poll_secs=0.1)
+        addresses.wait_for_port(f"127.0.0.1:{port}", timeout_secs=0.5, poll_secs=0.1)
     assert time.monotonic() - start < 5
     sock, port = _listening_socket()
     try:
-        cluster.wait_for_port(f"127.0.0.1:{port}", timeout_secs=5)
+        addresses.wait_for_port(f"127.0.0.1:{port}", timeout_secs=5)
     finally:
         sock.close()
 
@@ -429,10 +442,10 @@ def test_wait_for_port_times_out_quickly():
 def test_session_creator_bounded_wait_without_learner():
     import tensorflow as tf
 
-    (port,) = cluster.pick_free_ports(1)
+    (port,) = addresses.pick_free_ports(1)
     with tf.Graph().as_default():
         tf.compat.v1.get_variable("v", initializer=1.0, use_resource=True)
-        creator = cluster_runtime.FastWorkerSessionCreator(
+        creator = servers.FastWorkerSessionCreator(
             "grpc://unused:1", f"127.0.0.1:{port}", poll_secs=0.1, max_wait_secs=1.0
         )
         assert isinstance(creator, tf.compat.v1.train.SessionCreator)
@@ -451,8 +464,8 @@ _TASK_SCRIPT = textwrap.dedent("""
     from absl import logging
     logging.set_verbosity(logging.INFO)
     import tensorflow as tf
-    import cluster
-    import cluster_runtime
+    from cluster import addresses
+    from cluster import servers
 
     def event(name):
         print(f'EVENT {name} {time.time():.3f}', flush=True)
@@ -463,13 +476,13 @@ _TASK_SCRIPT = textwrap.dedent("""
     event('imported')
     while gate and not os.path.exists(gate):
         time.sleep(0.02)
-    config = cluster.cluster_from_flags(
+    config = addresses.cluster_from_flags(
         learner_host, actor_hosts, len(actor_hosts.split(',')), job, task)
-    server = cluster_runtime.start_server(config)
-    session_config = cluster_runtime.server_config(config)
+    server = servers.start_server(config)
+    session_config = servers.server_config(config)
     timeout = tf.compat.v1.RunOptions(timeout_in_ms=60000)
     with tf.Graph().as_default():
-        with tf.device(cluster.learner_device()):
+        with tf.device(addresses.learner_device()):
             shared = tf.compat.v1.get_variable(
                 'shared', initializer=tf.constant(42, tf.int64), use_resource=True)
             queue = tf.queue.FIFOQueue(
@@ -490,7 +503,7 @@ _TASK_SCRIPT = textwrap.dedent("""
                     'local', initializer=tf.constant(100 * (task + 1), tf.int64),
                     use_resource=True)
             enqueue = queue.enqueue([tf.constant(task, tf.int64), shared + local])
-            creator = cluster_runtime.worker_session_creator(
+            creator = servers.worker_session_creator(
                 config, server, poll_secs=0.2, log_every_secs=1.0, max_wait_secs=60)
             event('create_session')
             with tf.compat.v1.train.MonitoredSession(session_creator=creator) as sess:
@@ -536,7 +549,7 @@ class _Proc:
 @pytest.mark.slow
 def test_actors_connect_fast_before_and_after_learner(tmp_path):
     (tmp_path / "task.py").write_text(_TASK_SCRIPT)
-    ports = cluster.pick_free_ports(3)
+    ports = addresses.pick_free_ports(3)
     learner_host = f"127.0.0.1:{ports[0]}"
     actor_hosts = f"127.0.0.1:{ports[1]},127.0.0.1:{ports[2]}"
     learner_gate, actor1_gate = tmp_path / "learner.go", tmp_path / "actor1.go"

@@ -11,8 +11,8 @@ import sys
 import pytest
 from run_helpers import REPO_ROOT, run_command_line
 
-import cpu_features
 import experiment
+from runtime import cpu_features
 
 AVX2_ONLY = frozenset({"fpu", "sse4_2", "avx", "avx2", "fma"})
 AVX512_BF16 = AVX2_ONLY | {"avx512f", "avx512_bf16"}

@@ -38,15 +38,15 @@ import pytest
 import tensorflow as tf
 from run_helpers import small_config
 
-import actors
-import cluster
-import distributed
-import errors
 import experiment
+from actor.unroll import actor_output_specs
+from cluster import actor_task, addresses, learner_task
+from runtime import errors
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXPERIMENT = os.path.join(REPO, "experiment.py")
 LAUNCH = os.path.join(REPO, "launch.py")
+KILLED_AT_START_SCRIPT = os.path.join(REPO, "tests", "train_with_killed_at_start.py")
 
 SMALL = [
     "--level_name=atari/pong",
@@ -91,7 +91,7 @@ def test_actor_graph_declares_the_learners_queue_and_variables(
     them with the same names, shapes and devices: checked on the two graphs.
     With --envs_per_actor=K it sends K unrolls at a time into the same queue
     (from K / --envs_per_process environment processes)."""
-    learner_config = cluster.ClusterConfig(
+    learner_config = addresses.ClusterConfig(
         "localhost:1", ("localhost:2", "localhost:3"), "learner", 0
     )
     actor_config = learner_config._replace(job_name="actor", task=1)
@@ -106,7 +106,7 @@ def test_actor_graph_declares_the_learners_queue_and_variables(
         ),
     )
     with tf.Graph().as_default() as actor_graph:
-        ops, processes = distributed.build_actor_task(actor_config, config)
+        ops, processes = actor_task.build_actor_task(actor_config, config)
     assert len(processes) == envs_per_actor // envs_per_process
     assert ops.output.env_outputs.reward.shape[0] == envs_per_actor
     # The learner builds its queue from actor_output_specs(), the same specs
@@ -114,11 +114,11 @@ def test_actor_graph_declares_the_learners_queue_and_variables(
     specs = tf.nest.map_structure(
         lambda t: tf.TensorSpec(t.shape[1:], t.dtype), ops.output
     )
-    assert specs == actors.actor_output_specs(
+    assert specs == actor_output_specs(
         config.environment, config.agent, config.learner.unroll_length
     )
     with tf.Graph().as_default() as learner_graph:
-        distributed.build_learner_task(learner_config, specs, config)
+        learner_task.build_learner_task(learner_config, specs, config)
 
     learner_globals = _variables(learner_graph, "variables")
     learner_locals = _variables(learner_graph, "local_variables")
@@ -139,7 +139,7 @@ def test_actor_graph_declares_the_learners_queue_and_variables(
     local_agent = {
         n.split("/", 1)[1]
         for n in actor_locals
-        if n.startswith(distributed.LOCAL_AGENT_NAME + "/")
+        if n.startswith(actor_task.LOCAL_AGENT_NAME + "/")
     }
     assert local_agent == {n.split("/", 1)[1] for n in agent_names}
     for name, (_, _, device) in actor_locals.items():
@@ -208,9 +208,9 @@ def test_port_in_use_is_a_flag_error(monkeypatch):
         sock.bind(("", 0))
         sock.listen()
         port = sock.getsockname()[1]
-        cluster_config = cluster.ClusterConfig(
+        cluster_config = addresses.ClusterConfig(
             f"localhost:{port}",
-            (f"localhost:{cluster.pick_free_ports(1)[0]}",),
+            (f"localhost:{addresses.pick_free_ports(1)[0]}",),
             "learner",
             0,
         )
@@ -439,7 +439,7 @@ def test_faults_actor_killed_and_restarted_learner_killed_and_restarted(
     logdir = str(tmp_path / "run")
     # Actors get their own --logdir to show that they write nothing there.
     actor_logdir = str(tmp_path / "actor_logdir")
-    learner_port, *actor_ports = cluster.pick_free_ports(4)
+    learner_port, *actor_ports = addresses.pick_free_ports(4)
     learner_host = f"localhost:{learner_port}"
     actor_hosts = [f"localhost:{p}" for p in actor_ports]
     address_flags = [
@@ -568,3 +568,57 @@ def test_faults_actor_killed_and_restarted_learner_killed_and_restarted(
         glob.glob(os.path.join(logdir, "events.out.tfevents.*")), key=os.path.getmtime
     )
     assert sum(1 for _ in tf.compat.v1.train.summary_iterator(newest_events)) > 0
+
+
+@pytest.mark.slow
+def test_an_actor_tasks_environment_killed_while_it_starts_is_restarted(
+    tasks, tmp_path
+):
+    """An actor task starts its environments through the same supervisor as
+    the single-machine actors: its environment process SIGKILLed while it
+    starts (killed_at_start.py) is restarted and counted, and the task
+    trains with the learner to the target; both exit 0."""
+    logdir, marker = str(tmp_path / "run"), str(tmp_path / "killed")
+    learner_port, actor_port = addresses.pick_free_ports(2)
+    address_flags = [
+        f"--learner_host=localhost:{learner_port}",
+        f"--actor_hosts=localhost:{actor_port}",
+        "--num_actors=1",
+    ]
+    learner = tasks.start(
+        "learner",
+        [
+            EXPERIMENT,
+            "--job_name=learner",
+            "--task=0",
+            *address_flags,
+            *SMALL,
+            f"--logdir={logdir}",
+            "--total_environment_frames=1000",
+        ],
+    )
+    actor = tasks.start(
+        "actor",
+        [
+            KILLED_AT_START_SCRIPT,
+            "--job_name=actor",
+            "--task=0",
+            *address_flags,
+            *SMALL,
+            f"--logdir={tmp_path / 'actor_logdir'}",
+        ],
+        env_extra={"KILLED_AT_START_MARKER": marker},
+    )
+    assert_exit_0(tasks, "actor", actor, START_TIMEOUT_S + RUN_TIMEOUT_S)
+    assert_exit_0(tasks, "learner", learner, NOTICE_TIMEOUT_S)
+    with open(marker) as f:
+        killed = int(f.read())
+    actor_log = tasks.read("actor")
+    assert re.search(
+        rf"Actor 0 \(atari/pong\): environment failed: PyProcess "
+        rf"KilledAtStartAtari \(pid {killed}\) died: killed by signal SIGKILL",
+        actor_log,
+    ), actor_log[-3000:]
+    assert "training continues (1 environment restart(s) in this run)" in actor_log
+    assert "learner finished" in actor_log
+    assert saved_frames(logdir) >= 1000

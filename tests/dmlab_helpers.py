@@ -21,7 +21,7 @@ import sys
 import pytest
 from run_helpers import REPO_ROOT
 
-import dmlab
+from families import dmlab
 
 STANDIN_DIR = os.path.join(REPO_ROOT, "tests", "standin")
 REAL, STANDIN = "real", "stand-in"
@@ -86,7 +86,7 @@ class DeepMindLab:
         program = (
             "import json, sys, time\n"
             "import numpy as np\n"
-            "import dmlab\n"
+            "from families import dmlab\n"
             "import environments\n"
             f"CONFIG = {CONFIG!r}\n"
             "out = {}\n" + code + "\nprint('OUT=' + json.dumps(out))\n"

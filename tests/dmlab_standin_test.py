@@ -32,8 +32,8 @@ from dmlab_helpers import (
 )
 from run_helpers import REPO_ROOT, command
 
-import dmlab
 import dmlab30
+from families import dmlab
 
 STANDIN_LAB = DeepMindLab(STANDIN)
 EVALUATION_MIXER_SEED = str(0x600D5EED)  # DeepMind Lab's, for test mode

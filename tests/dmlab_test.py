@@ -31,8 +31,8 @@ from dmlab_helpers import (
 )
 from run_helpers import command, one_error_line, run_and_kill_one_environment
 
-import dmlab
 import environments
+from families import dmlab
 
 
 @pytest.fixture(scope="module", params=[REAL, STANDIN])
@@ -174,7 +174,7 @@ def test_test_mode_on_explore_goal_locations_small(lab, trained, tmp_path):
 
 @pytest.mark.slow
 def test_a_killed_deepmind_lab_process_is_restarted(lab, tmp_path):
-    returncode, output, killed = run_and_kill_one_environment(
+    run = run_and_kill_one_environment(
         [
             *SMALL,
             f"--level_name={LEVEL}",
@@ -189,13 +189,13 @@ def test_a_killed_deepmind_lab_process_is_restarted(lab, tmp_path):
         tmp_path / "run.log",
         env=lab.environ(),
     )
-    assert returncode == 0, output[-3000:]
+    assert run.returncode == 0, run.output[-3000:]
     assert re.search(
         rf"Actor \d \({LEVEL}\): environment failed: PyProcess "
-        rf"PyProcessDmLab \(pid {killed}\) died: killed by signal SIGKILL",
-        output,
-    ), output[-3000:]
-    assert "environment restarted" in output
+        rf"PyProcessDmLab \(pid {run.killed}\) died: killed by signal SIGKILL",
+        run.output,
+    ), run.output[-3000:]
+    assert "environment restarted" in run.output
 
 
 # -- bad levels: one line naming the level ----------------------------------------------

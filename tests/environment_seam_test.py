@@ -10,13 +10,16 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import toy_family
 from run_helpers import REPO_ROOT
 
-import atari
 import environments
+from families import atari, dmlab
+from families.contract import FamilyFlag
+from runtime.errors import FlagError
 
 SCRIPT = os.path.join(REPO_ROOT, "tests", "train_with_toy_family.py")
 SMALL = [
@@ -92,6 +95,57 @@ def test_a_family_can_take_a_registered_familys_place(monkeypatch):
         environments.register(toy_family.FAMILY, replace=atari.FAMILY)
 
 
+def test_a_family_owns_its_flags(with_toy_family):
+    """The toy family's --toy_goal_reward: defined by experiment.py from the
+    family's declaration, checked there, and turned into the family's
+    options, which reach the environment's constructor."""
+    import experiment
+
+    f = experiment.parse_flags(
+        ["experiment.py", "--level_name=toy2", "--toy_goal_reward=2.5"]
+    )
+    experiment.validate_flags(f)
+    config = experiment.config_from_flags(f)
+    assert config.environment.options == toy_family.ToyOptions(goal_reward=2.5)
+    options = environments.run_options("toy/corridor_3", config.environment)
+    _, kwargs = environments.environment_class("toy/corridor_3", 1, **options)
+    assert kwargs["goal_reward"] == 2.5
+
+    f = experiment.parse_flags(["experiment.py", "--toy_goal_reward=0"])
+    with pytest.raises(FlagError, match=r"^--toy_goal_reward=0.0: must be > 0"):
+        experiment.validate_flags(f)
+    experiment.parse_flags(["experiment.py"])
+
+
+def test_a_family_flag_may_not_take_another_flags_name(monkeypatch):
+    import experiment
+
+    class Clash(toy_family.ToyFamily):
+        name = "Clash"
+        flags = (FamilyFlag("batch_size", 1, "Taken already."),)
+
+    monkeypatch.setattr(environments, "_FAMILIES", list(environments.families()))
+    environments.register(Clash())
+    with pytest.raises(ValueError, match="Clash declares --batch_size, a flag already"):
+        experiment.define_family_flags()
+
+
+def test_experiment_py_defines_no_familys_flag():
+    """Every family flag comes from its family's declaration: experiment.py
+    names none of them in a DEFINE call (the families read from the
+    registry, so a family added later is checked too)."""
+    source = (Path(REPO_ROOT) / "experiment.py").read_text(encoding="utf-8")
+    for family in environments.families():
+        for flag in family.flags:
+            assert not re.search(rf"DEFINE_\w+\(\s*[\"']{flag.name}[\"']", source)
+    assert {flag.name for flag in dmlab.FAMILY.flags} == {
+        "width",
+        "height",
+        "dataset_path",
+        "level_cache_dir",
+    }
+
+
 def test_without_registration_the_toy_levels_are_unknown():
     assert toy_family.FAMILY not in environments.families()
     with pytest.raises(ValueError, match="Unknown --level_name='toy2'"):
@@ -116,6 +170,7 @@ def test_a_family_registered_by_a_script_trains_and_tests_end_to_end(tmp_path):
         "--level_name=toy2",
         f"--logdir={logdir}",
         "--total_environment_frames=2000",
+        "--toy_goal_reward=2",
     )
     assert train.returncode == 0, train.stderr[-3000:]
     assert re.search(
@@ -123,7 +178,7 @@ def test_a_family_registered_by_a_script_trains_and_tests_end_to_end(tmp_path):
     )
     for level in ("toy/corridor_3", "toy/corridor_5"):
         assert re.search(
-            rf"Episode on {level}: return [01]\.0, \d+ frames", train.stderr
+            rf"Episode on {level}: return [02]\.0, \d+ frames", train.stderr
         )
     assert "Training done: 2000 environment frames" in train.stderr
 

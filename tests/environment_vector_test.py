@@ -1,4 +1,4 @@
-"""environment_vector.EnvironmentVector: several environments in one process
+"""families.vector.EnvironmentVector: several environments in one process
 (--envs_per_process).
 
 On real Pong: an actor whose environments share processes produces exactly
@@ -20,11 +20,12 @@ import tensorflow as tf
 from py_process_helpers import ScriptedEnvironment
 from run_helpers import small_config
 
-import actors
 import agent as agent_lib
 import environments
 import py_process
-from environment_vector import EnvironmentVector
+from actor.envs import actor_environments
+from actor.unroll import build_vector_actor
+from families.vector import EnvironmentVector
 
 UNROLL = 40
 SEEDS = (1, 2, 3, 4)
@@ -71,11 +72,11 @@ def pong_envs(per_process: int):
 
 def test_shared_processes_give_the_unrolls_of_one_process_per_environment():
     with tf.Graph().as_default():
-        agent = actors.create_agent(small_config().agent)
+        agent = agent_lib.create_agent(small_config().agent)
         outputs, all_processes = {}, {}
         for per_process in (1, 2, 4):
             processes, envs = pong_envs(per_process)
-            outputs[per_process], _ = actors.build_vector_actor(
+            outputs[per_process], _ = build_vector_actor(
                 agent, envs, "atari/pong", UNROLL, scripted_inference
             )
             all_processes[per_process] = processes
@@ -215,12 +216,12 @@ def test_a_hung_shared_process_is_killed_after_its_timeout():
 
 def test_actor_environments_put_m_environments_to_a_process():
     config = small_config().environment
-    processes, envs = actors.actor_environments("atari/pong", [5, 6, 7, 8], config, 2)
+    processes, envs = actor_environments("atari/pong", [5, 6, 7, 8], config, 2)
     assert len(processes) == 2 and [e.num_envs for e in envs] == [2, 2]
     assert processes[0].name == processes[1].name
     # The timeout scales with the environments a call steps.
     assert processes[0].call_timeout_s == 2 * config.timeout_secs
-    processes, envs = actors.actor_environments("atari/pong", [5, 6], config, 1)
+    processes, envs = actor_environments("atari/pong", [5, 6], config, 1)
     assert len(processes) == 2 and [e.num_envs for e in envs] == [None, None]
     with pytest.raises(ValueError, match="does not divide"):
-        actors.actor_environments("atari/pong", [5, 6, 7], config, 2)
+        actor_environments("atari/pong", [5, 6, 7], config, 2)

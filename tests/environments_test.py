@@ -16,10 +16,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import atari
-import dmlab
 import dmlab30
 import environments
+from families import atari, dmlab
 
 
 class _InProcessProxy:

@@ -33,18 +33,22 @@ from run_helpers import (
     small_config,
 )
 
-import actors
 import agent as agent_lib
-import atari57
-import checkpoints
-import dmlab
 import environments
 import experiment
-import learner as learner_lib
-import pipeline
-import progress
 import py_process
-from errors import FlagError
+import trajectory
+from actor import runner
+from actor.envs import create_environment
+from actor.unroll import actor_output_specs, build_actor, build_vector_actor
+from evaluation import test_mode
+from families import atari57, dmlab
+from learner import pipeline, progress
+from learner.loss import clip_rewards
+from learner.update import build_learner
+from runtime import checkpoints
+from runtime.errors import FlagError
+from trajectory import ActorOutput
 
 FLAGS = experiment.FLAGS
 UNROLL = 20  # SMALL's --unroll_length
@@ -223,7 +227,7 @@ def test_test_mode_plays_an_episode_and_writes_json(trained, tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"from {moved}/model.ckpt-" in result.stderr
-    with open(os.path.join(moved, experiment.TEST_RESULTS_FILE)) as f:
+    with open(os.path.join(moved, test_mode.TEST_RESULTS_FILE)) as f:
         results = json.load(f)
     pong = results["levels"]["atari/pong"]
     assert len(pong["returns"]) == 1
@@ -282,7 +286,7 @@ def test_exported_weights_play_in_test_mode_and_write_a_video(trained, tmp_path)
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "with the agent it holds: --agent=shallow --use_lstm=true" in result.stderr
-    with open(os.path.join(weights, experiment.TEST_RESULTS_FILE)) as f:
+    with open(os.path.join(weights, test_mode.TEST_RESULTS_FILE)) as f:
         first_return = json.load(f)["levels"]["atari/pong"]["returns"][0]
     # One GIF: the first episode, its return in the name.
     (gif,) = videos.iterdir()
@@ -318,7 +322,7 @@ def test_unwritable_video_dir_is_a_clear_error(trained, tmp_path, capsys):
     )
     assert code == 2
     check_one_error_line(capsys.readouterr().err, "--test_video_dir=/etc/passwd/x")
-    assert not os.path.exists(os.path.join(weights, experiment.TEST_RESULTS_FILE))
+    assert not os.path.exists(os.path.join(weights, test_mode.TEST_RESULTS_FILE))
 
 
 @pytest.mark.slow
@@ -363,7 +367,7 @@ def test_feed_forward_agent_trains_and_test_mode_reads_it_from_the_checkpoint(
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "with the agent it holds: --agent=shallow --use_lstm=false" in result.stderr
-    with open(os.path.join(logdir, experiment.TEST_RESULTS_FILE)) as f:
+    with open(os.path.join(logdir, test_mode.TEST_RESULTS_FILE)) as f:
         (episode_return,) = json.load(f)["levels"]["atari/pong"]["returns"]
     assert -21 <= episode_return <= 21
 
@@ -478,8 +482,8 @@ def test_clip_rewards():
         rewards = tf.constant([-10.0, -0.5, 0.0, 0.5, 10.0])
         abs_one, soft = session.run(
             (
-                learner_lib.clip_rewards(rewards, "abs_one"),
-                learner_lib.clip_rewards(rewards, "soft_asymmetric"),
+                clip_rewards(rewards, "abs_one"),
+                clip_rewards(rewards, "soft_asymmetric"),
             )
         )
     np.testing.assert_allclose(abs_one, [-1, -0.5, 0, 0.5, 1])
@@ -493,7 +497,7 @@ def test_clip_rewards():
 
 def learner_on(agent, batch, learner_config):
     """The learner built on a stacked batch (pipeline.stack_unrolls)."""
-    return learner_lib.build_learner(
+    return build_learner(
         agent, batch.agent_state, batch.env_outputs, batch.agent_outputs, learner_config
     )
 
@@ -509,8 +513,8 @@ def collect_real_batch(num_unrolls: int = 2, max_tries: int = 40):
         agent = agent_lib.Agent(6, torso="shallow")
         outputs = []
         for i in range(num_unrolls):
-            _, env = actors.create_environment(level, i + 1, environment)
-            output, _ = actors.build_actor(agent, env, level, UNROLL)
+            _, env = create_environment(level, i + 1, environment)
+            output, _ = build_actor(agent, env, level, UNROLL)
             outputs.append(output)
         unrolls = []
         with tf.compat.v1.train.SingularMonitoredSession(
@@ -554,28 +558,26 @@ def test_learner_recomputes_the_actors_policy_exactly(inference):
     level, config = "atari/pong", small_config()
     with tf.Graph().as_default():
         tf.compat.v1.set_random_seed(4)
-        agent = actors.create_agent(config.agent)
-        inference_fn, batched = actors.make_inference_fn(
+        agent = agent_lib.create_agent(config.agent)
+        inference_fn, batched = runner.make_inference_fn(
             agent, "/cpu:0", dynamic=inference == "dynamic_batching"
         )
         assert batched == (inference == "dynamic_batching")
         envs = [
-            actors.create_environment(level, i + 1, config.environment)[1]
-            for i in range(2)
+            create_environment(level, i + 1, config.environment)[1] for i in range(2)
         ]
         if inference == "vector":
-            vector, _ = actors.build_vector_actor(agent, envs, level, UNROLL)
+            vector, _ = build_vector_actor(agent, envs, level, UNROLL)
             outputs = [
                 tf.nest.map_structure(lambda t, k=k: t[k], vector) for k in (0, 1)
             ]
         else:
             outputs = [
-                actors.build_actor(agent, env, level, UNROLL, inference_fn)[0]
-                for env in envs
+                build_actor(agent, env, level, UNROLL, inference_fn)[0] for env in envs
             ]
         # The learner reads the very unrolls the actors produce in the same
         # session.run, before any update.
-        batch = pipeline.stack_unrolls(outputs)
+        batch = trajectory.stack_unrolls(outputs)
         learner = learner_on(agent, batch, config.learner)
         returns = learner.vtrace_returns
         with tf.compat.v1.train.SingularMonitoredSession(
@@ -613,33 +615,30 @@ def pipeline_log_rhos(
         agent=dataclasses.replace(config.agent, **agent_overrides),
     )
     run, learner_config = config.run, config.learner
-    specs = actors.actor_output_specs(
+    specs = actor_output_specs(
         config.environment, config.agent, learner_config.unroll_length
     )
     with tf.Graph().as_default():
         tf.compat.v1.set_random_seed(3)
-        agent = actors.create_agent(config.agent)
+        agent = agent_lib.create_agent(config.agent)
         queue = pipeline.create_queue(specs)
         learner_pipeline = pipeline.build_learner_pipeline(
             agent, queue, specs, learner_config, "/cpu:0"
         )
-        inference_fn, _ = actors.make_inference_fn(
+        inference_fn, _ = runner.make_inference_fn(
             agent, "/cpu:0", True, envs_per_actor
         )
-        actor_list = actors.build_actors(
+        actor_list = runner.build_actors(
             agent,
             config.environment,
-            run.num_actors,
+            run,
             learner_config.unroll_length,
-            run.seed,
             queue,
             inference_fn,
-            envs_per_actor,
-            envs_per_process,
         )
         hooks = [
-            actors.ActorRunnerHook(
-                [actors.ActorRunner(a) for a in actor_list],
+            runner.ActorRunnerHook(
+                [runner.ActorRunner(a) for a in actor_list],
                 queue.close(cancel_pending_enqueues=True),
             ),
             py_process.PyProcessHook(),
@@ -692,7 +691,7 @@ def test_learner_updates_lower_the_loss_on_a_fixed_batch(optimizer):
     with tf.Graph().as_default():
         tf.compat.v1.set_random_seed(2)
         agent = agent_lib.Agent(6, torso="shallow")
-        batch = pipeline.stack_unrolls(
+        batch = trajectory.stack_unrolls(
             [tf.nest.map_structure(tf.constant, u) for u in unrolls]
         )
         assert batch.env_outputs.reward.shape == (UNROLL + 1, 2)
@@ -733,13 +732,13 @@ def test_learning_rate_decays_linearly_over_its_horizon(decay_frames, expected):
     """The learning rate the optimiser uses at a given global step (frames),
     with --learning_rate_decay_frames set or left 0."""
     config = small_config(learning_rate=6e-4, learning_rate_decay_frames=decay_frames)
-    specs = actors.actor_output_specs(
+    specs = actor_output_specs(
         config.environment, config.agent, config.learner.unroll_length
     )
     with tf.Graph().as_default():
         agent = agent_lib.Agent(6, torso="shallow")
         # Zeros of the real shapes: only the schedule is read here.
-        batch = pipeline.stack_unrolls(
+        batch = trajectory.stack_unrolls(
             [tf.nest.map_structure(lambda s: tf.zeros(s.shape, s.dtype), specs)] * 2
         )
         learner = learner_on(agent, batch, config.learner)
@@ -765,8 +764,8 @@ class _RecordingWriter:
 
 
 def test_episode_logger_logs_finished_episodes_and_suite_scores():
-    import atari57
     import environments
+    from families import atari57
 
     level_names = environments.expand_level_names("atari57")
     writer = _RecordingWriter()
@@ -801,8 +800,8 @@ def test_dequeue_many_batch_is_time_major_like_stacked_unrolls():
     rng = np.random.default_rng(0)
     steps, batch_size = 3, 4
 
-    def unroll(i: int) -> actors.ActorOutput:
-        return actors.ActorOutput(
+    def unroll(i: int) -> ActorOutput:
+        return ActorOutput(
             level_name=f"level{i}".encode(),
             agent_state=rng.normal(size=[5]).astype(np.float32),
             env_outputs=(
@@ -829,7 +828,7 @@ def test_dequeue_many_batch_is_time_major_like_stacked_unrolls():
         batch = pipeline.time_major(
             tf.nest.pack_sequence_as(specs, queue.dequeue_many(batch_size))
         )
-        expected = pipeline.stack_unrolls(
+        expected = trajectory.stack_unrolls(
             [tf.nest.map_structure(tf.constant, u) for u in unrolls]
         )
         with tf.compat.v1.Session() as session:

@@ -35,18 +35,23 @@ import time
 import types
 
 import nan_rewards
-import numpy as np
 import pytest
 import tensorflow as tf
-from run_helpers import FRAMES_PER_UPDATE, REPO_ROOT, RUN_TIMEOUT_S, SCRIPT, SMALL
+from run_helpers import (
+    FRAMES_PER_UPDATE,
+    REPO_ROOT,
+    RUN_TIMEOUT_S,
+    SCRIPT,
+    SMALL,
+    process_exists,
+)
 
-import actors
-import checkpoints
-import errors
-import learner as learner_lib
-import learner_loop
 import py_process
-from shutdown import ShutdownRequest
+from actor import runner as runner_lib
+from actor import supervisor as supervisor_lib
+from actor.supervisor import EnvironmentSupervisor
+from runtime import checkpoints, errors
+from runtime.shutdown import ShutdownRequest
 
 # Far enough past the first checkpoint (where the environments are killed and
 # stopped, ~2 s in) that training still runs when the hung one is detected
@@ -57,6 +62,9 @@ HANG_TIMEOUT_S = 2  # --environment_timeout_secs of the run that hangs one
 FAR_TARGET = 10**6  # Runs stopped by a signal or an error never reach it.
 WAIT_TIMEOUT_S = 120
 NAN_SCRIPT = os.path.join(REPO_ROOT, "tests", "train_with_nan_rewards.py")
+KILLED_AT_START_SCRIPT = os.path.join(
+    REPO_ROOT, "tests", "train_with_killed_at_start.py"
+)
 
 
 # -- helpers --------------------------------------------------------------------
@@ -85,15 +93,6 @@ def environment_pids(pid: int) -> list[int]:
         except OSError:
             pass
     return found
-
-
-def process_exists(pid: int) -> bool:
-    """True while pid runs (a zombie, dead but not yet reaped, counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def wait_until_gone(pids: list[int], timeout: float = 15.0) -> list[int]:
@@ -393,8 +392,7 @@ def test_actor_of_two_environment_processes_survives_one_killed(
     assert wait_until_gone([pids[1], int(restarted[0])]) == []
 
 
-@pytest.mark.slow
-def test_environment_restarts_go_to_tensorboard(env_kill_run, logdir):
+def restarts_in_tensorboard(logdir: str) -> list[float]:
     restarts = []
     for path in glob.glob(os.path.join(logdir, "events.out.tfevents.*")):
         for event in tf.compat.v1.train.summary_iterator(path):
@@ -403,7 +401,41 @@ def test_environment_restarts_go_to_tensorboard(env_kill_run, logdir):
                 for v in event.summary.value
                 if v.tag == "environment_restarts"
             ]
-    assert sorted(restarts) == [1.0, 2.0]
+    return sorted(restarts)
+
+
+@pytest.mark.slow
+def test_environment_restarts_go_to_tensorboard(env_kill_run, logdir):
+    assert restarts_in_tensorboard(logdir) == [1.0, 2.0]
+
+
+@pytest.mark.slow
+def test_an_environment_killed_while_it_starts_is_restarted_and_counted(tmp_path):
+    """The OOM killer may strike while an environment starts: the actor's
+    supervisor restarts it as it restarts one killed mid-run (the same
+    back-off, the same count, in TensorBoard too) and training reaches its
+    target (killed_at_start.py kills the run's first environment process)."""
+    logdir, marker = str(tmp_path / "run"), str(tmp_path / "killed")
+    run = Run(
+        logdir,
+        "killed_at_start",
+        "--total_environment_frames=2000",
+        script=KILLED_AT_START_SCRIPT,
+        env=dict(os.environ, KILLED_AT_START_MARKER=marker),
+    )
+    returncode, output = run.wait(), run.output()
+    assert returncode == 0, output[-3000:]
+    with open(marker) as f:
+        killed = int(f.read())
+    assert re.search(
+        rf"Actor \d \(atari/pong\): environment failed: PyProcess "
+        rf"KilledAtStartAtari \(pid {killed}\) died: killed by signal SIGKILL "
+        rf"\(while constructing KilledAtStartAtari\)\. Restarting the environment",
+        output,
+    ), output[-3000:]
+    assert "training continues (1 environment restart(s) in this run)" in output
+    assert "Training done: " in output
+    assert restarts_in_tensorboard(logdir) == [1.0]
 
 
 # -- 2 and 3. a SIGKILLed learner, a rerun, SIGTERM ----------------------------
@@ -558,39 +590,6 @@ def test_state_file_naming_missing_files_is_an_error(tmp_path):
         resume_in_graph(logdir)
 
 
-# -- in-process: the NaN guard --------------------------------------------------
-
-
-def test_guard_finite_update_blocks_the_update(tmp_path):
-    with tf.Graph().as_default():
-        frames = tf.compat.v1.train.get_or_create_global_step()
-        weights = tf.compat.v1.Variable([1.0, 2.0], name="weights")
-        x = tf.compat.v1.placeholder(tf.float32, [2])
-        loss = tf.reduce_sum(weights * x)
-        optimizer = tf.compat.v1.train.GradientDescentOptimizer(0.1)
-        gradients, variables = zip(*optimizer.compute_gradients(loss), strict=True)
-        gradients = learner_lib.guard_finite_update(
-            loss, gradients, tf.linalg.global_norm(gradients), frames
-        )
-        train_op = optimizer.apply_gradients(zip(gradients, variables, strict=True))
-        with tf.compat.v1.Session() as session:
-            session.run(tf.compat.v1.global_variables_initializer())
-            session.run(train_op, {x: [1.0, 1.0]})
-            good = session.run(weights)
-            np.testing.assert_allclose(good, [0.9, 1.9])
-            for bad in ([np.nan, 1.0], [np.inf, 0.0]):
-                with pytest.raises(tf.errors.InvalidArgumentError) as raised:
-                    session.run(train_op, {x: bad})
-                np.testing.assert_array_equal(session.run(weights), good)
-                update = learner_lib.non_finite_update(raised.value)
-                assert update.num_env_frames == "0"
-                assert update.total_loss in ("nan", "inf")
-                with pytest.raises(
-                    errors.NonFiniteUpdateError, match="at 0 environment frames"
-                ):
-                    learner_loop.raise_if_non_finite(raised.value, str(tmp_path))
-
-
 # -- in-process: giving up on an environment -------------------------------------
 
 
@@ -636,10 +635,10 @@ class FakeSession:
 def run_actor(process, enqueue, monkeypatch, timeout: float = 10):
     """Runs an ActorRunner over `process` (a FakeEnvProcess, or a tuple of
     them for an actor of several environments) until its thread ends."""
-    monkeypatch.setattr(actors, "ENV_RESTART_DELAY_SECS", 0.01)
+    monkeypatch.setattr(supervisor_lib, "ENV_RESTART_DELAY_SECS", 0.01)
     processes = process if isinstance(process, tuple) else (process,)
-    actor = actors.Actor(0, "atari/pong", processes, None, "enqueue", "reset_actor")
-    runner = actors.ActorRunner(actor)
+    actor = runner_lib.Actor(0, "atari/pong", processes, None, "enqueue", "reset_actor")
+    runner = runner_lib.ActorRunner(actor)
     session = FakeSession(enqueue)
     coord = tf.train.Coordinator()
     runner.start(session, coord)
@@ -726,14 +725,14 @@ def cluster_actor_unroll(failures: int, monkeypatch):
     """A cluster actor task's `_unroll` over a FakeEnvProcess whose
     environment dies `failures` times in a row before an unroll completes;
     returns (what _unroll returned or raised, the process, the session)."""
-    import distributed
+    from cluster import actor_task
 
-    monkeypatch.setattr(actors, "ENV_RESTART_DELAY_SECS", 0.01)
+    monkeypatch.setattr(supervisor_lib, "ENV_RESTART_DELAY_SECS", 0.01)
     process = FakeEnvProcess(restarts_fail=False)
-    supervisor = actors.EnvironmentSupervisor(
+    supervisor = EnvironmentSupervisor(
         0, "atari/pong", (process,), after_giving_up="This actor task stopped. "
     )
-    ops = distributed.ActorTaskOps(
+    ops = actor_task.ActorTaskOps(
         sync_weights=None,
         output="output",
         state_initializer="reset_actor",
@@ -753,7 +752,7 @@ def cluster_actor_unroll(failures: int, monkeypatch):
 
     session = FakeUnrollSession(unroll)
     try:
-        result = distributed._unroll(session, ops, supervisor, ShutdownRequest())
+        result = actor_task._unroll(session, ops, supervisor, ShutdownRequest())
     except errors.EnvironmentFailedError as e:
         result = e
     return result, process, session, supervisor

@@ -61,7 +61,7 @@ def test_evaluate_checkpoints_tests_each_checkpoint_oldest_first(tmp_path):
         check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    records = json.loads(out.read_text())
+    records = json.loads(out.read_text())["checkpoints"]
     assert [r["frames"] for r in records] == [640, 2_000_000]
     for record in records:
         assert len(record["returns"]) == 1

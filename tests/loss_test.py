@@ -16,9 +16,9 @@ import tensorflow as tf
 from vtrace_test import numpy_log_softmax, numpy_vtrace
 
 import agent as agent_lib
-import learner as learner_lib
 from config import LearnerConfig
-from environment_specs import StepOutput
+from families.contract import StepOutput
+from learner.loss import compute_loss
 
 T, B, A = 5, 3, 4
 DISCOUNTING = 0.9
@@ -58,7 +58,7 @@ def run_loss(data: dict, learner_config: LearnerConfig, popart: bool = False) ->
     """compute_loss on `data`, its terms and their gradients with respect to
     the learner's logits and baselines, as NumPy. With `popart`, `data` also
     holds the PopArtBatch's level_ids, mean and scale (popart_test.py)."""
-    import popart as popart_lib
+    from learner import popart as popart_lib
 
     with tf.Graph().as_default():
         logits = tf.constant(data["learner_logits"], tf.float32)
@@ -81,7 +81,7 @@ def run_loss(data: dict, learner_config: LearnerConfig, popart: bool = False) ->
                 tf.constant(data["mean"], tf.float32),
                 tf.constant(data["scale"], tf.float32),
             )
-        out = learner_lib.compute_loss(
+        out = compute_loss(
             learner_outputs, agent_outputs, env_outputs, learner_config, stats
         )
         losses = out.losses
@@ -227,3 +227,30 @@ def test_rewards_are_clipped_as_configured():
     np.testing.assert_allclose(
         abs_one["vs"], numpy_loss(data, config())["vs"], rtol=1e-4, atol=1e-5
     )
+
+
+def test_compute_loss_places_nothing_on_a_device():
+    """A pure function: where it runs is its caller's choice (build_learner
+    puts it on the CPU, where V-trace's recursion is fastest)."""
+    data = batch(0)
+    with tf.Graph().as_default() as graph:
+        logits = tf.constant(data["learner_logits"], tf.float32)
+        baseline = tf.constant(data["baseline"], tf.float32)
+        actions = tf.constant(data["actions"])
+        compute_loss(
+            agent_lib.AgentOutput(actions, logits, baseline),
+            agent_lib.AgentOutput(actions, logits, baseline),
+            StepOutput(
+                tf.constant(data["rewards"], tf.float32),
+                None,
+                tf.constant(data["done"]),
+                None,
+            ),
+            config(),
+        )
+        devices = {op.device for op in graph.get_operations()}
+        assert devices == {""}, devices
+        # The check can fail: a placement inside would show.
+        with tf.device("/cpu:0"):
+            tf.constant(1.0)
+        assert {op.device for op in graph.get_operations()} != {""}

@@ -19,7 +19,7 @@ import os
 
 import numpy as np
 
-import atari
+from families import atari
 
 AT_STEP_VARIABLE = "NAN_REWARD_AT_STEP"
 

@@ -39,10 +39,9 @@ from run_helpers import (
     run_command_line,
 )
 
-import checkpoints
-import cluster
-import progress
-import tf_logging
+from cluster import addresses
+from learner import progress
+from runtime import checkpoints, tf_logging
 
 # -- the progress line ------------------------------------------------------------
 
@@ -323,7 +322,7 @@ def get_json(url: str):
 
 @pytest.mark.slow
 def test_tensorboard_serves_the_runs_scalars(trained_logdir):
-    port = cluster.pick_free_ports(1)[0]
+    port = addresses.pick_free_ports(1)[0]
     server = subprocess.Popen(
         [
             sys.executable,

@@ -17,10 +17,11 @@ import pytest
 import tensorflow as tf
 from run_helpers import run_experiment
 
-import actors
-import learner as learner_lib
-import pipeline
+from actor.unroll import actor_output_specs
+from agent import create_agent
 from config import AgentConfig, LearnerConfig
+from learner import pipeline
+from learner.loss import REWARD_CLIPPINGS
 
 LEVELS = "atari/pong,atari/breakout"
 RUN = [
@@ -131,7 +132,7 @@ def test_test_mode_evaluates_a_popart_checkpoint(trained):
 
 
 def test_a_single_level_with_popart_has_one_normalised_value():
-    agent = actors.create_agent(
+    agent = create_agent(
         AgentConfig("shallow", num_actions=6, use_instruction=False, num_values=1)
     )
     assert agent.num_values == 1
@@ -144,11 +145,11 @@ def test_without_popart_the_graph_is_the_papers(tmp_path):
 
     config = run_helpers.small_config(str(tmp_path))
     assert not config.learner.popart and config.agent.num_values == 0
-    specs = actors.actor_output_specs(
+    specs = actor_output_specs(
         config.environment, config.agent, config.learner.unroll_length
     )
     with tf.Graph().as_default():
-        agent = actors.create_agent(config.agent)
+        agent = create_agent(config.agent)
         queue = pipeline.create_queue(specs)
         learner_pipeline = pipeline.build_learner_pipeline(
             agent, queue, specs, config.learner, "/cpu:0"
@@ -165,9 +166,7 @@ def test_learner_config_defaults_leave_popart_off():
     config = LearnerConfig(
         batch_size=2, unroll_length=20, num_action_repeats=4, total_environment_frames=1
     )
-    assert (
-        not config.popart and learner_lib.REWARD_CLIPPINGS[0] == config.reward_clipping
-    )
+    assert not config.popart and REWARD_CLIPPINGS[0] == config.reward_clipping
 
 
 @pytest.mark.slow
@@ -200,8 +199,8 @@ def test_a_suite_gets_one_value_and_one_statistic_per_level(
     assert config.agent.num_values == num_levels
     assert config.learner.level_names == config.environment.level_names
     with tf.Graph().as_default():
-        agent = actors.create_agent(config.agent)
-        specs = actors.actor_output_specs(
+        agent = create_agent(config.agent)
+        specs = actor_output_specs(
             config.environment, config.agent, config.learner.unroll_length
         )
         queue = pipeline.create_queue(specs)

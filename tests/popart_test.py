@@ -16,7 +16,7 @@ from loss_test import A, B, T, config, numpy_loss, run_loss
 from loss_test import batch as loss_batch
 from vtrace_test import numpy_log_softmax, numpy_vtrace
 
-import popart
+from learner import popart
 
 L = 2  # levels in the batch
 LEVELS = ("atari/pong", "atari/seaquest")

@@ -16,7 +16,7 @@ import tensorflow as tf
 from run_helpers import REPO_ROOT, run_experiment
 
 import agent as agent_lib
-import checkpoints
+from runtime import checkpoints
 
 PRETRAINED = os.path.join(REPO_ROOT, "pretrained", "atari_pong")
 MAX_BYTES = 8 * 2**20  # the bound on committed weights
@@ -37,7 +37,7 @@ def agent_variables() -> dict[str, list[int]]:
 
 
 def _step_output(frame):
-    from environment_specs import StepOutput
+    from families.contract import StepOutput
 
     zeros = tf.zeros([1, 1])
     return StepOutput(

@@ -145,9 +145,9 @@ class Frames:
 
 
 class ScriptedEnvironment:
-    """An environment of the project's contract (environment_specs) whose
+    """An environment of the project's contract (families/contract.py) whose
     failures are scripted: it raises, hangs, or fails to construct at a
-    given step, and marks its close() in a file. For environment_vector's
+    given step, and marks its close() in a file. For families/vector.py's
     failure tests: a real game does none of this on demand.
 
     Observations are [2, 2, 1] frames filled with `seed + step`; reward is
@@ -193,7 +193,7 @@ class ScriptedEnvironment:
 
     @staticmethod
     def _tensor_specs(method_name, kwargs, constructor_kwargs):
-        from environment_specs import environment_tensor_specs
+        from families.contract import environment_tensor_specs
 
         return environment_tensor_specs(method_name, [2, 2, 1])
 

@@ -18,9 +18,10 @@ import py_process_helpers as helpers
 import pytest
 import tensorflow as tf
 
-import child_process
 import py_process
+from actor import supervisor as supervisor_lib
 from py_process import PyProcess, PyProcessHook
+from runtime import child_process, errors
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(TESTS_DIR)
@@ -354,8 +355,8 @@ def test_sigkilled_child_gives_an_error_not_a_hang(graph):
 def test_last_error_keeps_the_typed_cause_that_session_run_turns_to_text(graph):
     """Inside session.run, py_func hands the caller only a tf.errors error with
     text; `last_error` keeps the PyProcessError itself, which
-    actors.failure_cause reads (the one decoding of that text's cause)."""
-    import actors
+    failure_cause reads (the one decoding of that text's cause)."""
+    from actor.supervisor import failure_cause
 
     process = PyProcess(helpers.Calculator)
     add, fail = process.proxy.add(1), process.proxy.fail("no such level")
@@ -366,7 +367,7 @@ def test_last_error_keeps_the_typed_cause_that_session_run_turns_to_text(graph):
             bounded(lambda: session.run(fail), timeout=10)
         assert isinstance(process.last_error, py_process.PyProcessRemoteError)
         assert process.last_error.exception_message == "no such level"
-        cause = actors.failure_cause(raised.value, process)
+        cause = failure_cause(raised.value, process)
         assert cause == str(process.last_error).splitlines()[0]
         assert "no such level" in cause
         bounded(process.restart)
@@ -376,7 +377,7 @@ def test_last_error_keeps_the_typed_cause_that_session_run_turns_to_text(graph):
         with pytest.raises(tf.errors.OpError) as raised:
             bounded(lambda: session.run(add), timeout=10)
         assert isinstance(process.last_error, py_process.PyProcessDiedError)
-        assert actors.failure_cause(raised.value, process) == (
+        assert failure_cause(raised.value, process) == (
             f"PyProcess Calculator (pid {pid}) died: killed by signal SIGKILL "
             f"(while running add())"
         )
@@ -531,7 +532,8 @@ def test_hook_closes_children_when_the_session_exits_with_an_error(graph):
 
 
 def test_real_atari_game_in_a_child(graph):
-    atari = pytest.importorskip("atari")
+    from families import atari
+
     process = PyProcess(atari.PyProcessAtari, "pong", 1)
     initial = process.proxy.initial()
     step = process.proxy.step(tf.constant(0))
@@ -627,13 +629,21 @@ def test_parent_killed_leaves_no_orphans(tmp_path):
 # -- a child killed while it constructs ---------------------------------------------
 
 
+def _no_wait(seconds: float) -> bool:
+    time.sleep(seconds)
+    return False
+
+
 def _kill_while_constructing(tmp_path, kills: int, monkeypatch):
-    """start_all over a SlowToStart child, SIGKILLed `kills` times while its
-    constructor waits; then the constructor may finish. Returns (the error
-    start_all raised or None, the process, the pids that were started)."""
-    monkeypatch.setattr(child_process, "START_RETRY_DELAY_SECS", 0.01)
+    """An environment supervisor's start of a SlowToStart child, SIGKILLed
+    `kills` times while its constructor waits; then the constructor may
+    finish. Returns (the error the start raised or None, the process, the
+    pids that were started, the supervisor)."""
+    monkeypatch.setattr(supervisor_lib, "ENV_RESTART_DELAY_SECS", 0.01)
     go, started = str(tmp_path / "go"), str(tmp_path / "started")
     process = PyProcess(helpers.SlowToStart, go=go, started=started)
+    supervisor = supervisor_lib.EnvironmentSupervisor(0, "slow", [process])
+    done = threading.Event()
 
     def started_pids() -> list[int]:
         if not os.path.exists(started):
@@ -641,53 +651,67 @@ def _kill_while_constructing(tmp_path, kills: int, monkeypatch):
         with open(started) as f:
             return [int(line) for line in f if line.strip()]
 
+    def wait_for_pids(n: int) -> None:
+        deadline = time.monotonic() + 60
+        while len(started_pids()) < n and time.monotonic() < deadline:
+            if done.wait(0.01):
+                return
+
     def killer() -> None:
         for n in range(1, kills + 1):
-            deadline = time.monotonic() + 60
-            while len(started_pids()) < n and time.monotonic() < deadline:
-                time.sleep(0.01)
+            wait_for_pids(n)
+            if done.is_set():
+                return
             os.kill(started_pids()[n - 1], signal.SIGKILL)
-        deadline = time.monotonic() + 60
-        while len(started_pids()) < kills + 1 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for_pids(kills + 1)
         open(go, "w").close()
 
     thread = threading.Thread(target=killer, daemon=True)
     thread.start()
     error = None
     try:
-        py_process.start_all([process])
-    except py_process.PyProcessError as e:
+        supervisor.start(_no_wait)
+    except (py_process.PyProcessError, errors.EnvironmentFailedError) as e:
         error = e
+    done.set()
     thread.join(timeout=60)
-    return error, process, started_pids()
+    return error, process, started_pids(), supervisor
 
 
 def test_a_child_killed_while_constructing_is_started_again(tmp_path, monkeypatch):
     """A signal during construction (the OOM killer, say) is a crash like one
-    in the middle of a run: the child starts again in a fresh process."""
-    error, process, pids = _kill_while_constructing(tmp_path, 2, monkeypatch)
+    in the middle of a run: the supervisor starts the environment again in a
+    fresh process, after its back-off, and counts the failure and the
+    restart as it counts any other."""
+    error, process, pids, supervisor = _kill_while_constructing(
+        tmp_path, 2, monkeypatch
+    )
     try:
         assert error is None
         assert len(pids) == 3 and process.proxy is not None
         assert process.alive and process.pid == pids[-1]
         assert process._call("ping", (), {}) == pids[-1]
+        assert supervisor.failures_in_a_row == 2
+        assert supervisor.environment_restarts == 1  # the restart that held
     finally:
         process.close()
 
 
-def test_a_child_killed_at_every_start_fails_after_the_retries(tmp_path, monkeypatch):
-    kills = child_process.START_RETRIES_AFTER_A_SIGNAL + 1
-    error, process, pids = _kill_while_constructing(tmp_path, kills, monkeypatch)
+def test_a_child_killed_at_every_start_is_given_up_on(tmp_path, monkeypatch):
+    kills = supervisor_lib.ENV_FAILURES_BEFORE_GIVING_UP
+    error, process, pids, _ = _kill_while_constructing(tmp_path, kills, monkeypatch)
     process.close()
-    assert isinstance(error, py_process.PyProcessDiedError)
+    assert isinstance(error, errors.EnvironmentFailedError)
     assert "killed by signal SIGKILL" in str(error)
-    assert len(pids) >= kills
+    assert f"failed {kills} times in a row" in str(error)
+    assert len(pids) == kills
+    assert not process.alive
 
 
 def test_a_constructor_that_raises_is_not_started_again(monkeypatch):
-    """A bad level (the constructor raises) fails at once: no retry."""
-    monkeypatch.setattr(child_process, "START_RETRY_DELAY_SECS", 0.01)
+    """A bad level (the constructor raises) fails the start at once: no
+    retry, nothing counted."""
+    monkeypatch.setattr(supervisor_lib, "ENV_RESTART_DELAY_SECS", 0.01)
     launches = []
     original = PyProcess._launch_locked
 
@@ -697,9 +721,13 @@ def test_a_constructor_that_raises_is_not_started_again(monkeypatch):
 
     monkeypatch.setattr(PyProcess, "_launch_locked", counting)
     process = PyProcess(helpers.FailingConstructor, level="no_such_level")
+    supervisor = supervisor_lib.EnvironmentSupervisor(0, "bad", [process])
     with pytest.raises(py_process.PyProcessRemoteError):
-        py_process.start_all([process])
+        supervisor.start(_no_wait)
     assert len(launches) == 1
+    assert supervisor.failures_in_a_row == supervisor.environment_restarts == 0
+    with pytest.raises(py_process.PyProcessRemoteError):
+        py_process.start_all([PyProcess(helpers.FailingConstructor, level="x")])
 
 
 def test_a_message_cut_short_by_a_stopped_child_ends_at_the_deadline():
@@ -711,7 +739,7 @@ def test_a_message_cut_short_by_a_stopped_child_ends_at_the_deadline():
     import time
     from multiprocessing import connection
 
-    import child_process
+    from runtime import child_process
 
     parent, child = connection.Pipe(duplex=True)
     try:

@@ -7,9 +7,14 @@ seconds on a 2-core machine while still using the real ALE.
 
 from __future__ import annotations
 
+import dataclasses
+import glob
 import os
+import re
+import signal
 import subprocess
 import sys
+import time
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO_ROOT, "experiment.py")
@@ -80,16 +85,48 @@ def small_config(logdir: str = "/tmp/agent", **learner_overrides):
     )
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (from /proc/<pid>/task/*/children)."""
+    found = []
+    for path in glob.glob(f"/proc/{pid}/task/*/children"):
+        try:
+            with open(path) as f:
+                children = [int(p) for p in f.read().split()]
+        except OSError:
+            continue  # The thread ended meanwhile.
+        for child in children:
+            found += [child, *descendants(child)]
+    return found
+
+
+def process_exists(pid: int) -> bool:
+    """True while pid runs (a zombie, dead but not yet reaped, counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@dataclasses.dataclass
+class KilledEnvironmentRun:
+    """What run_and_kill_one_environment saw: the run's exit code and
+    output, the killed environment process, the processes below each
+    environment process when it was killed ({environment pid: pids}), and
+    those below the killed one still alive once its restart was logged."""
+
+    returncode: int
+    output: str
+    killed: int
+    started: dict[int, list[int]]
+    left_after_restart: list[int]
+
+
 def run_and_kill_one_environment(args: list[str], log_path, env=None):
     """Runs experiment.py with `args` (two environment processes, a short
     --save_checkpoint_secs), SIGKILLs its first environment process once a
     checkpoint after the first update is written, and waits for the run's
-    end. Returns (exit code, the run's output, the killed pid)."""
-    import glob
-    import re
-    import signal
-    import time
-
+    end. Returns a KilledEnvironmentRun."""
     with open(log_path, "w") as log:
         process = subprocess.Popen(
             command(*args),
@@ -98,6 +135,7 @@ def run_and_kill_one_environment(args: list[str], log_path, env=None):
             stderr=subprocess.STDOUT,
             env=env,
         )
+    left_after_restart = []
     try:
         deadline = time.time() + 180
         with open(log_path) as log:
@@ -106,17 +144,32 @@ def run_and_kill_one_environment(args: list[str], log_path, env=None):
                 assert process.poll() is None and time.time() < deadline, text[-3000:]
                 time.sleep(0.2)
                 text += log.read()
-        children = [
-            int(p)
-            for path in glob.glob(f"/proc/{process.pid}/task/*/children")
-            for p in open(path).read().split()
-        ]
-        assert len(children) == 2, children
-        os.kill(children[0], signal.SIGKILL)
+            children = [
+                int(p)
+                for path in glob.glob(f"/proc/{process.pid}/task/*/children")
+                for p in open(path).read().split()
+            ]
+            assert len(children) == 2, children
+            started = {child: descendants(child) for child in children}
+            os.kill(children[0], signal.SIGKILL)
+            while "environment restarted" not in text and process.poll() is None:
+                time.sleep(0.2)
+                text += log.read()
+            # The restart ends the killed process's group (child_process).
+            grace = time.time() + 5
+            while time.time() < grace:
+                left_after_restart = [
+                    p for p in started[children[0]] if process_exists(p)
+                ]
+                if not left_after_restart:
+                    break
+                time.sleep(0.2)
         returncode = process.wait(timeout=180)
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
     with open(log_path) as log:
-        return returncode, log.read(), children[0]
+        return KilledEnvironmentRun(
+            returncode, log.read(), children[0], started, left_after_restart
+        )

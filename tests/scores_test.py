@@ -5,9 +5,9 @@ import math
 
 import pytest
 
-import atari57
 import dmlab30
-import progress
+from families import atari57
+from learner import progress
 
 
 def _dmlab_returns(value_for_level):

@@ -15,14 +15,14 @@ import sys
 import pytest
 from run_helpers import REPO_ROOT
 
-import sessions
+from runtime import sessions
 
 N = 6
 
 SCRIPT = f"""
 import threading
 import tensorflow as tf
-import sessions
+from runtime import sessions
 
 tf.compat.v1.disable_eager_execution()
 barrier = threading.Barrier({N}, timeout=10)

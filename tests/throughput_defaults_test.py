@@ -103,7 +103,7 @@ def test_test_mode_and_cluster_tasks_keep_the_flags_defaults(tmp_path, monkeypat
 
 
 def test_torso_dtype_auto_is_resolved_and_said(monkeypatch):
-    import cpu_features
+    from runtime import cpu_features
 
     monkeypatch.setattr(cpu_features, "cpu_flags", lambda: frozenset({"avx2"}))
     config = config_for("--level_name=atari/pong", "--agent=deep", "--torso_dtype=auto")

@@ -2,7 +2,8 @@
 
 `toy/corridor_<n>`: the agent stands in a corridor of n cells (n in 3..9)
 and steps left (action 0) or right (action 1); reaching the right end pays
-1 and ends the episode, and an episode also ends after 4 n steps. The frame
+the goal reward (the family's own flag, --toy_goal_reward, 1 by default) and
+ends the episode, and an episode also ends after 4 n steps. The frame
 is a 24x24 RGB picture of the corridor with the agent's cell lit. `toy2` is
 a suite of two corridors. docs/adding-an-environment.md walks through this
 module; it is everything a family needs.
@@ -10,12 +11,14 @@ module; it is everything a family needs.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
 
-from environment_specs import (
+from families.contract import (
     EnvironmentFamily,
+    FamilyFlag,
     UnknownLevelError,
     environment_tensor_specs,
 )
@@ -30,8 +33,15 @@ class ToyCorridor:
     """The environment class: runs in a py_process child. initial() and
     step(action) return what environment_tensor_specs describes."""
 
-    def __init__(self, length: int, seed: int, num_action_repeats: int = 1):
+    def __init__(
+        self,
+        length: int,
+        seed: int,
+        num_action_repeats: int = 1,
+        goal_reward: float = 1.0,
+    ):
         self._length = length
+        self._goal_reward = goal_reward
         self._rng = np.random.RandomState(seed)
         self._position = 0
         self._steps = 0
@@ -55,7 +65,7 @@ class ToyCorridor:
         move = 1 if int(action) == 1 else -1
         self._position = min(max(self._position + move, 0), self._length - 1)
         self._steps += 1
-        reward = 1.0 if self._position == self._length - 1 else 0.0
+        reward = self._goal_reward if self._position == self._length - 1 else 0.0
         done = reward > 0 or self._steps >= 4 * self._length
         if done:
             self._start()  # the observation after done starts the next episode
@@ -69,10 +79,31 @@ class ToyCorridor:
         return environment_tensor_specs(method_name, list(FRAME_SHAPE))
 
 
+@dataclasses.dataclass(frozen=True)
+class ToyOptions:
+    """The family's settings, from its flags."""
+
+    goal_reward: float = 1.0
+
+
+def _positive(value: float) -> str | None:
+    return None if value > 0 else "must be > 0 (the reward at the corridor's end)."
+
+
 class ToyFamily(EnvironmentFamily):
     name = "Toy"
     suites = (SUITE,)
     level_forms = "'toy/corridor_<3 to 9>', 'toy2'"
+    # The family's own flag: experiment.py defines and checks it, `options`
+    # reads it, `run_options` hands it to the environment class.
+    flags = (
+        FamilyFlag(
+            "toy_goal_reward",
+            ToyOptions.goal_reward,
+            "Reward at a toy corridor's right end.",
+            _positive,
+        ),
+    )
 
     def owns(self, level_name: str) -> bool:
         return level_name == SUITE or level_name.startswith(PREFIX)
@@ -91,6 +122,16 @@ class ToyFamily(EnvironmentFamily):
     def num_actions(self, level_names) -> int:
         return 2
 
+    def options(self, values) -> ToyOptions:
+        return ToyOptions(goal_reward=values["toy_goal_reward"])
+
+    def run_options(self, environment, is_test: bool) -> dict[str, Any]:
+        options = environment.options or ToyOptions()
+        return {
+            "num_action_repeats": environment.num_action_repeats,
+            "goal_reward": options.goal_reward,
+        }
+
     def environment_class(
         self, level_name: str, seed: int, is_test: bool = False, **options: Any
     ) -> tuple[type, dict]:
@@ -99,6 +140,7 @@ class ToyFamily(EnvironmentFamily):
             length=int(level_name[len(PREFIX) :]),
             seed=seed,
             num_action_repeats=options.get("num_action_repeats", 1),
+            goal_reward=options.get("goal_reward", ToyOptions.goal_reward),
         )
 
     def suite_scores(self, suite: str, level_returns) -> dict[str, float]:

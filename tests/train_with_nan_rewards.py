@@ -9,11 +9,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import nan_rewards  # noqa: E402
 
-import atari  # noqa: E402
 import environments  # noqa: E402
 import experiment  # noqa: E402
+from families import atari  # noqa: E402
 
 environments.register(nan_rewards.FAMILY, replace=atari.FAMILY)
 
 if __name__ == "__main__":
-    experiment.app.run(experiment.main)
+    experiment.run()

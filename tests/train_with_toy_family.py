@@ -1,6 +1,7 @@
 """experiment.py with the toy family registered: how a researcher runs a
 family of their own without touching the project (the script registers it,
-then hands over to experiment.main with the same flags)."""
+then hands over to experiment.py's command line, whose flags now include
+the family's own)."""
 
 import os
 import sys
@@ -15,4 +16,4 @@ import experiment  # noqa: E402
 environments.register(toy_family.FAMILY)
 
 if __name__ == "__main__":
-    experiment.app.run(experiment.main)
+    experiment.run()

@@ -1,4 +1,4 @@
-"""actors.build_vector_actor: one actor stepping K real Pong environments.
+"""build_vector_actor: one actor stepping K real Pong environments.
 
 What the learner relies on for each of the K unrolls an actor enqueues:
 its own environment's steps, in order, overlapping the previous unroll of
@@ -10,9 +10,11 @@ import numpy as np
 import tensorflow as tf
 from run_helpers import small_config
 
-import actors
-import pipeline
 import py_process
+from actor.envs import create_environment
+from actor.unroll import build_vector_actor
+from agent import create_agent
+from learner import pipeline
 
 UNROLL = 20
 K = 3
@@ -20,15 +22,15 @@ K = 3
 
 def build():
     config = small_config()
-    agent = actors.create_agent(config.agent)
+    agent = create_agent(config.agent)
     processes, envs = zip(
         *(
-            actors.create_environment("atari/pong", seed, config.environment)
+            create_environment("atari/pong", seed, config.environment)
             for seed in (1, 2, 3)
         ),
         strict=True,
     )
-    output, reset = actors.build_vector_actor(agent, list(envs), "atari/pong", UNROLL)
+    output, reset = build_vector_actor(agent, list(envs), "atari/pong", UNROLL)
     return config, agent, processes, output, reset
 
 

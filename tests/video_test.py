@@ -8,7 +8,7 @@ import imageio.v3 as iio
 import numpy as np
 import pytest
 
-import video
+from evaluation import video
 
 
 def atari_unroll(start: int, length: int) -> np.ndarray:

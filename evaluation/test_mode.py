@@ -1,0 +1,135 @@
+"""Test mode (--mode=test): play each level with a checkpoint's weights.
+
+`test` builds one actor per level (one environment, the training unroll),
+restores the newest whole checkpoint and lets `play_episodes` run each
+actor's unrolls until enough episodes have ended (recording the first one as
+a GIF with --test_video_dir); it writes the returns, and a suite's
+human-normalised scores, to <logdir>/test_results.json.
+"""
+
+import json
+import os
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+import environments
+import py_process
+from actor.envs import create_environment
+from actor.unroll import build_actor
+from agent import create_agent
+from config import Config
+from evaluation import video
+from learner import progress
+from runtime import checkpoints, sessions
+from runtime.errors import FlagError
+from trajectory import ActorOutput
+
+TEST_RESULTS_FILE = "test_results.json"
+
+
+def play_episodes(
+    session: tf.compat.v1.train.SingularMonitoredSession,
+    actor_output: ActorOutput,
+    level_name: str,
+    num_episodes: int,
+    recorder: video.EpisodeRecorder | None = None,
+) -> list[float]:
+    """Returns the returns of the first `num_episodes` episodes that end.
+
+    Args:
+      session: a session in which `actor_output`'s weights are restored.
+      actor_output: one actor's unroll (env_outputs [T + 1, ...]).
+      level_name: the level, for the log.
+      num_episodes: how many episodes to play.
+      recorder: when given, it gets every unroll, and writes the first
+        episode's GIF when that episode ends.
+    """
+    env_outputs = actor_output.env_outputs
+    fetches = {"done": env_outputs.done, "info": env_outputs.info}
+    if recorder is not None:
+        fetches["frames"] = env_outputs.observation[0]
+    returns: list[float] = []
+    while len(returns) < num_episodes:
+        values = session.run(fetches)
+        done, info = values["done"], values["info"]
+        # Step 0 repeats the previous unroll's last step.
+        returns.extend(float(r) for r in info.episode_return[1:][done[1:]])
+        if recorder is not None and (
+            path := recorder.add_unroll(values["frames"], done, info.episode_return)
+        ):
+            logging.info("Video of the first episode written to %s.", path)
+    del returns[num_episodes:]
+    logging.info(
+        "Level %s: mean return %.2f over %d episodes.",
+        level_name,
+        np.mean(returns),
+        len(returns),
+    )
+    return returns
+
+
+def test(config: Config) -> dict:
+    """Plays test_num_episodes episodes per level with the latest checkpoint.
+
+    Logs the mean return per level (and the suite's human-normalised scores)
+    and writes them to <logdir>/test_results.json. Returns that dict.
+    """
+    run, environment = config.run, config.environment
+    level_names = environment.level_names
+    # The newest checkpoint that reads back whole, found the way training
+    # finds the one it resumes from; test mode writes nothing but its JSON.
+    candidates = checkpoints.find_checkpoints(run.logdir)
+    if not candidates:
+        raise FlagError(
+            f"--logdir={run.logdir}: no checkpoint to test; train first with "
+            f"--mode=train --logdir={run.logdir}, or point --logdir at a run."
+        )
+    checkpoint = checkpoints.newest_whole_checkpoint(run.logdir, candidates, "testing")
+    checkpoints.ensure_logdir(run.logdir)  # test_results.json goes there.
+    if run.test_video_dir:
+        checkpoints.ensure_logdir(run.test_video_dir, flag="test_video_dir")
+    level_returns = {}
+    with tf.Graph().as_default():
+        agent = create_agent(config.agent)
+        outputs = {}
+        for name in level_names:
+            _, env = create_environment(name, run.seed, environment, is_test=True)
+            outputs[name], _ = build_actor(
+                agent, env, name, config.learner.unroll_length
+            )
+        checkpoints.check_checkpoint_fits(
+            checkpoint, run.logdir, config.describe_model()
+        )
+        with tf.compat.v1.train.SingularMonitoredSession(
+            checkpoint_filename_with_path=checkpoint,
+            hooks=[py_process.PyProcessHook()],
+            config=sessions.session_config(),
+        ) as session:
+            logging.info("Testing %s from %s.", environment.level_name, checkpoint)
+            for name in level_names:
+                recorder = None
+                if run.test_video_dir:
+                    recorder = video.EpisodeRecorder(run.test_video_dir, name)
+                level_returns[name] = play_episodes(
+                    session, outputs[name], name, run.test_num_episodes, recorder
+                )
+    results = {
+        "level_name": environment.level_name,
+        "checkpoint": checkpoint,
+        "levels": {
+            name: {"mean_return": float(np.mean(r)), "returns": r}
+            for name, r in level_returns.items()
+        },
+    }
+    if environment.is_suite:
+        scores = environments.suite_scores(environment.level_name, level_returns)
+        results["human_normalized"] = scores
+        logging.info("Human-normalised scores: %s", scores)
+    path = os.path.join(run.logdir, TEST_RESULTS_FILE)
+    with open(path, "w") as f:
+        json.dump(results, f, indent=2)
+    logging.info("Test results written to %s.", path)
+    print(progress.results_table(results), flush=True)
+    return results

@@ -1,0 +1,150 @@
+"""The IMPALA loss: V-trace actor-critic on one time-major batch.
+
+`compute_loss` is a pure function (no variables, no side effects, no device
+placement) from the learner's outputs, the actors' outputs and the
+environment's outputs of a batch ([T + 1, B, ...]) to the paper's three loss
+terms and the V-trace targets; each term has its own function, tested term
+by term against NumPy (tests/loss_test.py). Change the loss here; the
+optimiser step that applies it is update.py.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import tensorflow as tf
+
+import agent as agent_lib
+import vtrace
+from config import LearnerConfig
+from families.contract import StepOutput
+from learner import popart as popart_lib
+
+Losses = collections.namedtuple("Losses", "total policy_gradient baseline entropy")
+
+
+REWARD_CLIPPINGS = ("abs_one", "soft_asymmetric", "none")
+
+
+def clip_rewards(rewards: tf.Tensor, mode: str) -> tf.Tensor:
+    """abs_one: clip to [-1, 1]. soft_asymmetric: 5 tanh(r / 5), negatives
+    x0.3. none: the rewards as they are (what PopArt is for)."""
+    if mode == "none":
+        return rewards
+    if mode == "abs_one":
+        return tf.clip_by_value(rewards, -1.0, 1.0)
+    if mode == "soft_asymmetric":
+        squeezed = tf.tanh(rewards / 5.0)
+        # Negative rewards count less, which keeps agents from over-avoiding.
+        return tf.where(rewards < 0.0, 0.3 * squeezed, squeezed) * 5.0
+    raise ValueError(f"Unknown reward clipping {mode!r}.")
+
+
+def compute_baseline_loss(advantages: tf.Tensor) -> tf.Tensor:
+    """Half the summed squared advantages (vs - V) over [T, B]."""
+    return 0.5 * tf.reduce_sum(tf.square(advantages))
+
+
+def compute_entropy_loss(logits: tf.Tensor) -> tf.Tensor:
+    """Negative entropy of the policy, summed over [T, B]."""
+    policy = tf.nn.softmax(logits)
+    log_policy = tf.nn.log_softmax(logits)
+    return tf.reduce_sum(policy * log_policy)
+
+
+def compute_policy_gradient_loss(
+    logits: tf.Tensor, actions: tf.Tensor, advantages: tf.Tensor
+) -> tf.Tensor:
+    """-sum log pi(a|x) * advantage over [T, B]; advantages get no gradient."""
+    cross_entropy = tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=actions, logits=logits
+    )
+    return tf.reduce_sum(cross_entropy * tf.stop_gradient(advantages))
+
+
+LossOutputs = collections.namedtuple(
+    "LossOutputs", "losses vtrace_returns policy_entropy"
+)
+
+
+def compute_loss(
+    learner_outputs: agent_lib.AgentOutput,
+    agent_outputs: agent_lib.AgentOutput,
+    env_outputs: StepOutput,
+    config: LearnerConfig,
+    popart_batch: popart_lib.PopArtBatch | None = None,
+) -> LossOutputs:
+    """The paper's loss on one time-major batch of unrolls.
+
+    Step 0 of each unroll repeats the last step of the previous unroll, so
+    the T transitions of an unroll are steps 1..T. The learner's output at t
+    (computed from env output t) chose the action the actor recorded at
+    t + 1, which produced env output t + 1; its baseline at T bootstraps.
+
+    Args:
+      learner_outputs: AgentOutput of [T + 1, B, ...]: the learner's
+        `policy_logits` [T + 1, B, A] and `baseline` [T + 1, B] for the batch
+        (its `action` is not used).
+      agent_outputs: AgentOutput of [T + 1, B, ...]: the actors' `action`
+        [T + 1, B] (int32) and behaviour `policy_logits` [T + 1, B, A].
+      env_outputs: StepOutput of [T + 1, B, ...]: `reward` [T + 1, B] float32
+        and `done` [T + 1, B] bool (info and observation are not used).
+      config: reward_clipping, discounting, baseline_cost, entropy_cost.
+      popart_batch: None for the paper's loss. With PopArt (popart.py): the
+        learner's `baseline` is [T + 1, B, L] normalised values, and this
+        gives each trajectory's level `level_ids` [B] and the statistics
+        `mean` and `scale` [L]: V-trace runs on the level's unnormalised
+        values, the baseline loss is on normalised targets and the
+        advantages are divided by the level's scale. With mean 0 and scale 1
+        the loss is the paper's.
+
+    Returns:
+      LossOutputs: losses (Losses of scalars: total, and each term with its
+      cost applied: policy_gradient, baseline, entropy), vtrace_returns
+      (vtrace.VTraceFromLogitsReturns, [T, B] each) and policy_entropy (the
+      mean entropy of the learner's policy per step, a scalar).
+    """
+    bootstrap_value = learner_outputs.baseline[-1]
+    actions = agent_outputs.action[1:]
+    behaviour_logits = agent_outputs.policy_logits[1:]
+    rewards, done = env_outputs.reward[1:], env_outputs.done[1:]
+    logits = learner_outputs.policy_logits[:-1]
+    values = learner_outputs.baseline[:-1]
+    if popart_batch is not None:
+        # [T + 1, B, L] -> the trajectory's level: [T + 1, B], normalised.
+        num_levels = learner_outputs.baseline.shape[-1]
+        one_hot = tf.one_hot(popart_batch.level_ids, num_levels)  # [B, L]
+        normalised = tf.reduce_sum(learner_outputs.baseline * one_hot, axis=-1)
+        mean = tf.gather(popart_batch.mean, popart_batch.level_ids)  # [B]
+        scale = tf.gather(popart_batch.scale, popart_batch.level_ids)  # [B]
+        bootstrap_value = scale * normalised[-1] + mean
+        values = scale * normalised[:-1] + mean
+
+    clipped_rewards = clip_rewards(rewards, config.reward_clipping)
+    discounts = tf.cast(~done, tf.float32) * config.discounting
+
+    vtrace_returns = vtrace.from_logits(
+        behaviour_policy_logits=behaviour_logits,
+        target_policy_logits=logits,
+        actions=actions,
+        discounts=discounts,
+        rewards=clipped_rewards,
+        values=values,
+        bootstrap_value=bootstrap_value,
+    )
+
+    pg_advantages = vtrace_returns.pg_advantages
+    baseline_advantages = vtrace_returns.vs - values
+    if popart_batch is not None:
+        pg_advantages = pg_advantages / scale
+        baseline_advantages = (vtrace_returns.vs - mean) / scale - normalised[:-1]
+    pg_loss = compute_policy_gradient_loss(logits, actions, pg_advantages)
+    baseline_loss = config.baseline_cost * compute_baseline_loss(baseline_advantages)
+    entropy_loss = config.entropy_cost * compute_entropy_loss(logits)
+    total_loss = pg_loss + baseline_loss + entropy_loss
+    policy_entropy = -compute_entropy_loss(logits) / tf.cast(tf.size(done), tf.float32)
+    return LossOutputs(
+        losses=Losses(total_loss, pg_loss, baseline_loss, entropy_loss),
+        vtrace_returns=vtrace_returns,
+        policy_entropy=policy_entropy,
+    )

@@ -1,0 +1,105 @@
+"""Devices and sessions: where the learner runs and how its session is made."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import tensorflow as tf
+from absl import logging
+
+from runtime import checkpoints
+
+# Seconds between TensorBoard summaries of the learner's graph.
+SUMMARY_SECS = 30
+
+
+def learner_device() -> str:
+    """'/gpu:0' when TensorFlow sees a GPU, else '/cpu:0' (and says which)."""
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        logging.info(
+            "Learner and batched inference on /gpu:0 (%s; %d GPU(s) visible, "
+            "memory growth on).",
+            gpus[0].name,
+            len(gpus),
+        )
+        return "/gpu:0"
+    logging.info("No GPU visible: learner and inference on the CPU.")
+    return "/cpu:0"
+
+
+def session_config(
+    single_machine_training: bool = False, num_environments: int = 0
+) -> tf.compat.v1.ConfigProto:
+    """The sessions' ConfigProto.
+
+    Single-machine training runs each kernel on one thread unless
+    TF_NUM_INTRAOP_THREADS says otherwise. `num_environments`: how many
+    environment processes the session's actors step; the inter-op pool gets
+    a thread for each on top of one per core.
+    """
+    config = tf.compat.v1.ConfigProto(allow_soft_placement=True)
+    if single_machine_training and "TF_NUM_INTRAOP_THREADS" not in os.environ:
+        # The actors' many small kernels (one-step inference on batches of
+        # 1-8) run faster on one thread each, and the actors and the learner
+        # keep all cores busy between them: splitting every kernel over the
+        # intra-op pool cost more than it saved (BENCHMARKS.md, "Figures from the code").
+        config.intra_op_parallelism_threads = 1
+    if num_environments and "TF_NUM_INTEROP_THREADS" not in os.environ:
+        # An environment step is a py_func that holds an inter-op thread
+        # while it waits for its process to answer. With the default pool
+        # (one thread per core) at most that many environments step at a
+        # time, and the waiting threads leave none for inference and the
+        # learner. A waiting thread costs no CPU.
+        config.inter_op_parallelism_threads = (os.cpu_count() or 1) + num_environments
+    # Take GPU memory as needed rather than all of it up front.
+    config.gpu_options.allow_growth = True
+    return config
+
+
+def create_training_session(
+    hooks: list,
+    logdir: str,
+    save_checkpoint_secs: int,
+    master: str = "",
+    is_chief: bool = True,
+    config: tf.compat.v1.ConfigProto | None = None,
+) -> tf.compat.v1.train.MonitoredSession:
+    """A MonitoredTrainingSession: restores/initialises, checkpoints, summaries.
+
+    master='' is an in-process session (no server, no port) with the
+    single-machine session_config; a distributed learner passes its server's
+    target and `config` (its device filters). Checkpoints every
+    `save_checkpoint_secs`, at the start and at the end (the saver hook's
+    `end`), with `checkpoints.checkpoint_saver()` (each file written
+    atomically).
+    """
+    return tf.compat.v1.train.MonitoredTrainingSession(
+        master=master,
+        is_chief=is_chief,
+        checkpoint_dir=logdir,
+        scaffold=tf.compat.v1.train.Scaffold(saver=checkpoints.checkpoint_saver()),
+        save_checkpoint_secs=save_checkpoint_secs,
+        save_summaries_secs=SUMMARY_SECS,
+        log_step_count_steps=0,  # progress.ProgressLogger reports speed instead.
+        hooks=hooks,
+        config=config if config is not None else session_config(True),
+    )
+
+
+@contextlib.contextmanager
+def variables_on(device: str):
+    """Creates every variable made inside on `device`, whatever the op devices.
+
+    Sonnet 2 modules create their variables on their first call, under the
+    device scope of that call; the creator scope pins them (and RMSProp's
+    slots, which are colocated with them) to `device`.
+    """
+
+    def creator(next_creator, **kwargs):
+        with tf.device(device):
+            return next_creator(**kwargs)
+
+    with tf.compat.v1.variable_creator_scope(creator):
+        yield
