@@ -12,6 +12,7 @@ Field names follow the flags they come from (`--unroll_length` ->
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any
 
 
@@ -178,11 +179,27 @@ LAYOUT_SETTINGS = (
 )
 
 
+def read_flag_file(path: str) -> dict[str, str]:
+    """{flag name: value} of a flag file's `--name=value` lines (absl's
+    --flagfile format; comments and blank lines are skipped); a relative
+    `path` is the repository's (flagfiles/...)."""
+    values = {}
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), path)
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if line.startswith("--"):
+                name, _, value = line[2:].partition("=")
+                values[name] = value
+    return values
+
+
 def unplayed_levels_warning(
     level_name: str, num_levels: int, num_actors: int
 ) -> str | None:
     """The warning for a single-machine run whose actors cannot cover its
-    levels (actor i plays level i mod num_levels, actors.actor_level_and_seeds),
+    levels (actor i plays level i mod num_levels, actor/envs.py's
+    actor_level_and_seeds),
     or None when every level has an actor."""
     if num_actors >= num_levels:
         return None

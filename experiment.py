@@ -56,7 +56,7 @@ from config import (
 )
 from evaluation import test_mode
 from families.contract import FamilyFlag
-from learner import loop, pipeline
+from learner import loop, pipeline, progress
 from learner.loss import REWARD_CLIPPINGS
 from learner.update import OPTIMIZERS
 from runtime import checkpoints, sessions
@@ -142,7 +142,7 @@ flags.DEFINE_string(
     environments.DEFAULT_LEVEL,
     "Level: a DeepMind Lab level, 'dmlab30', 'atari/<game>', 'atari57', "
     "'vizdoom/<scenario>' or 'vizdoom'. The default falls back to atari/pong "
-    "when DeepMind Lab is not installed.",
+    "(with flagfiles/pong_deep.cfg's settings) without DeepMind Lab.",
 )
 
 # Optimizer.
@@ -284,6 +284,24 @@ def validate_flags(f) -> None:
     )
 
 
+def apply_fallback_settings(f: flags.FlagValues) -> None:
+    """Single-machine training of the default level without DeepMind Lab:
+    environments.FALLBACK_FLAGFILE's settings fill the flags left unset."""
+    if f.mode != "train" or f["level_name"].present or f.task >= 0:
+        return
+    if "TF_CONFIG" in os.environ or environments.default_level_available():
+        return
+    _, why = environments.resolve_level_name(f.level_name, True, False)
+    flagfile = environments.FALLBACK_FLAGFILE
+    for name, value in config_lib.read_flag_file(flagfile).items():
+        if not f[name].present:
+            f[name].parse(value)
+    logging.warning(
+        f"{why} Settings: {flagfile}, the tested Pong command (flags on the "
+        f"command line win); it ends at {f.total_environment_frames:,} frames."
+    )
+
+
 def resolve_levels(f: flags.FlagValues) -> tuple[str, list[str]]:
     """Returns (level name, expanded level names) for the flags.
 
@@ -292,7 +310,7 @@ def resolve_levels(f: flags.FlagValues) -> tuple[str, list[str]]:
     """
     level_name, warning = environments.resolve_level_name(
         f.level_name,
-        f["level_name"].using_default_value,
+        not f["level_name"].present,
         environments.default_level_available(),
     )
     if warning:
@@ -387,18 +405,13 @@ def config_from_flags(f: flags.FlagValues) -> Config:
             unroll_length=layout["unroll_length"],
             popart=bool(num_values) and f.mode == "train",
             level_names=tuple(level_names),
-            **flag_fields(
-                f, LearnerConfig, exclude=("batch_size", "unroll_length", "popart")
-            ),
+            **{  # The other fields, named as the flags they come from.
+                n: f[n].value
+                for n in (field.name for field in dataclasses.fields(LearnerConfig))
+                if n in f and n not in ("batch_size", "unroll_length", "popart")
+            },
         ),
     )
-
-
-def flag_fields(f: flags.FlagValues, cls, exclude=()) -> dict:
-    """{field: the value of the flag of its name} for the fields of the
-    dataclass `cls` that have a flag, but those in `exclude`."""
-    names = [field.name for field in dataclasses.fields(cls)]
-    return {n: f[n].value for n in names if n in f and n not in exclude}
 
 
 def agent_settings(f: flags.FlagValues) -> tuple[str, bool]:
@@ -484,7 +497,7 @@ def train(config: Config, shutdown: ShutdownRequest) -> None:
         learner_pipeline = pipeline.build_learner_pipeline(
             agent, queue, specs, config.learner, device
         )
-        inference_fn, batched = runner.make_inference_fn(
+        inference_fn, _ = runner.make_inference_fn(
             agent, device, run.dynamic_batching, run.envs_per_actor
         )
         actor_list = runner.build_actors(
@@ -512,14 +525,7 @@ def train(config: Config, shutdown: ShutdownRequest) -> None:
     if shutdown.requested:
         shutdown.log_stop(result.num_env_frames, run.logdir)
         return
-    logging.info(
-        "Training done: %d environment frames, %d episodes (inference %s). "
-        "Checkpoint and TensorBoard logs in %s.",
-        result.num_env_frames,
-        result.num_episodes,
-        "dynamically batched" if batched else "unbatched",
-        run.logdir,
-    )
+    logging.info(progress.done_line(result, run.logdir, environment.level_name))
 
 
 # -- the mode, and main --------------------------------------------------------------
@@ -550,6 +556,7 @@ def run_mode(f: flags.FlagValues = FLAGS) -> int:
     """Runs --mode with the parsed flags `f`; returns the exit code."""
     shutdown = ShutdownRequest()
     try:
+        apply_fallback_settings(f)
         validate_flags(f)
         config = config_from_flags(f)
         if config.run.mode == "test":
@@ -558,15 +565,12 @@ def run_mode(f: flags.FlagValues = FLAGS) -> int:
             cluster_config = cluster_config_from_flags(f)
             with shutdown.handling_signals():
                 run_training(config, cluster_config, shutdown)
-    except FlagError as e:
-        # A one-line message and a non-zero exit; no traceback.
+    except (FlagError, TrainingError) as e:
+        # One line, no traceback, and the error's exit code: 2 for the
+        # command line; 1 when training cannot go on (an environment given
+        # up on, a NaN/Inf update, checkpoints that do not restore).
         print(f"experiment.py: error: {e}", file=sys.stderr)
-        return 2
-    except TrainingError as e:
-        # An environment given up on, a NaN/Inf update, checkpoints that do
-        # not restore: the message says what happened and what is kept.
-        print(f"experiment.py: error: {e}", file=sys.stderr)
-        return 1
+        return e.exit_code
     except py_process.PyProcessError as e:
         # An environment that cannot even start (e.g. a bad level or path):
         # the first line of the error (its child traceback is left out).
@@ -583,9 +587,8 @@ def run_mode(f: flags.FlagValues = FLAGS) -> int:
 
 
 def parse_flags(argv: list[str]) -> flags.FlagValues:
-    """Parses `argv` (argv[0] the program) into FLAGS afresh: every flag it
-    does not name is back at its default. For tests and benchmarks that run
-    the command line in-process."""
+    """Parses `argv` (argv[0] the program) into FLAGS afresh (every flag it
+    does not name at its default), for a command line run in-process."""
     define_family_flags()
     FLAGS.unparse_flags()
     FLAGS(argv)

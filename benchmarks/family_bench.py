@@ -8,16 +8,20 @@ memory, in one invocation, for any level of any registered family
   the start and at the end;
 - training (experiment.py's own main through common.run_experiment, a
   steady window after 8 s of warm-up): each agent at each actor layout,
-  batch 8, unroll 20, next to that ceiling, with the peak RSS (VmHWM) of the
-  learner process and of each environment process.
+  unroll 20, next to that ceiling, with the peak RSS (VmHWM) of the learner
+  process and of each environment process.
 
 Layouts are ACTORSxENVS_PER_ACTORxENVS_PER_PROCESS (`8x4x4`), or just
-ACTORS (one environment each).
+ACTORS (one environment each), with /BATCH (`8x4x4/16`; batch 8 without);
+`defaults` is a run given no layout flag, which the family's throughput
+defaults then set (compare it with the best layout in the same invocation).
 
     python3 benchmarks/family_bench.py --level explore_goal_locations_small \\
         --json benchmarks/results/dmlab.json
     python3 benchmarks/family_bench.py --level vizdoom/my_way_home \\
         --layouts 2,8,8x4x4 --json benchmarks/results/vizdoom.json
+    python3 benchmarks/family_bench.py --level vizdoom/defend_the_center \\
+        --agents shallow --layouts defaults,8x4x4/16 --json /tmp/defaults.json
 """
 
 from __future__ import annotations
@@ -35,10 +39,19 @@ def ceiling(level: str, seconds: float) -> dict:
     return common.measure_ceiling(seconds, level=level, start_delay_s=12.0)
 
 
-def parse_layout(text: str) -> tuple[int, int, int]:
-    """'8x4x4' -> (8, 4, 4); '8' -> (8, 1, 1); '4x4' -> (4, 4, 1)."""
-    parts = [int(p) for p in text.split("x")]
-    return tuple(parts + [1] * (3 - len(parts)))  # type: ignore[return-value]
+LAYOUT_FLAGS = ("num_actors", "envs_per_actor", "envs_per_process", "batch_size")
+
+
+def parse_layout(text: str) -> dict[str, int]:
+    """'8x4x4/16' -> the layout flags (actors, environments per actor and per
+    process, batch); '8' -> 8 actors of one environment, batch 8; 'defaults'
+    -> {} (no layout flag: the family's throughput defaults)."""
+    if text == "defaults":
+        return {}
+    shape, _, batch = text.partition("/")
+    parts = [int(p) for p in shape.split("x")]
+    values = [*parts, *[1] * (3 - len(parts)), int(batch or 8)]
+    return dict(zip(LAYOUT_FLAGS, values, strict=True)) | {"unroll_length": 20}
 
 
 def main() -> None:
@@ -57,16 +70,11 @@ def main() -> None:
     runs = []
     for agent in args.agents.split(","):
         for layout in args.layouts.split(","):
-            actors, per_actor, per_process = parse_layout(layout)
             flags = dict(
                 level_name=args.level,
                 agent=agent,
-                num_actors=actors,
-                envs_per_actor=per_actor,
-                envs_per_process=per_process,
-                batch_size=8,
-                unroll_length=20,
                 level_cache_dir="",
+                **parse_layout(layout),
             )
             record = common.run_experiment(flags, warmup_s=8, window_s=args.window_s)
             memory = record.get("memory", {})

@@ -26,7 +26,7 @@ from actor.unroll import actor_output_specs
 from cluster import addresses
 from cluster.state import create_cluster_state
 from config import Config
-from learner import loop, pipeline
+from learner import loop, pipeline, progress
 from runtime import sessions
 from runtime.shutdown import ShutdownRequest
 
@@ -137,11 +137,7 @@ def run(
         )
         return
     logging.info(
-        "Training done: %d environment frames, %d episodes. Checkpoint and "
-        "TensorBoard logs in %s.",
-        result.num_env_frames,
-        result.num_episodes,
-        config.run.logdir,
+        progress.done_line(result, config.run.logdir, config.environment.level_name)
     )
 
 

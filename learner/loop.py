@@ -11,6 +11,7 @@ NonFiniteUpdateError.
 from __future__ import annotations
 
 import collections
+import time
 
 import tensorflow as tf
 from absl import logging
@@ -23,9 +24,10 @@ from runtime import checkpoints, sessions
 from runtime.errors import EnvironmentFailedError, NonFiniteUpdateError
 
 # How a learner's training session ended: the frame count, the episodes it
-# logged, and whether it reached --total_environment_frames.
+# logged, whether it reached --total_environment_frames, the seconds it took
+# and the returns of its last (up to 100) episodes.
 LearnerResult = collections.namedtuple(
-    "LearnerResult", "num_env_frames num_episodes finished"
+    "LearnerResult", "num_env_frames num_episodes finished seconds recent_returns"
 )
 
 
@@ -148,6 +150,7 @@ def train_learner(
     is reached. Leaving the session saves the final checkpoint.
     """
     run, environment = config.run, config.environment
+    started = time.monotonic()
     summary_writer = tf.compat.v1.summary.FileWriterCache.get(run.logdir)
     episodes = progress.EpisodeLogger(
         summary_writer,
@@ -178,4 +181,10 @@ def train_learner(
         if finished and at_target is not None:
             at_target(session, num_env_frames)
     summary_writer.flush()
-    return LearnerResult(num_env_frames, episodes.num_episodes, finished)
+    return LearnerResult(
+        num_env_frames,
+        episodes.num_episodes,
+        finished,
+        time.monotonic() - started,
+        list(episodes.recent_returns),
+    )

@@ -59,6 +59,21 @@ def progress_line(
     )
 
 
+def done_line(result, logdir: str, level_name: str) -> str:
+    """A finished run in one line (a loop.LearnerResult): frames, episodes,
+    time, the mean return of its last episodes, and the command that
+    evaluates it."""
+    returns = result.recent_returns
+    mean = f"{np.mean(returns):.2f}" if returns else "none yet"
+    return (
+        f"Training done: {result.num_env_frames} environment frames, "
+        f"{result.num_episodes} episodes in {format_duration(result.seconds)}; "
+        f"mean return of the last {len(returns)} episodes: {mean}. Checkpoint "
+        f"and TensorBoard logs in {logdir}. Evaluate it: python3 experiment.py "
+        f"--mode=test --level_name={level_name} --logdir={logdir}"
+    )
+
+
 class ProgressLogger:
     """A progress line every `interval_secs`, and a frames/s summary."""
 

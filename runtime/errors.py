@@ -13,6 +13,8 @@ class FlagError(ValueError):
     """A setting this program cannot run with; the message names the flag,
     the value and the fix."""
 
+    exit_code = 2
+
 
 class LogdirError(FlagError):
     """--logdir cannot be written: not creatable, not writable, or full when a
@@ -21,6 +23,8 @@ class LogdirError(FlagError):
 
 class TrainingError(RuntimeError):
     """Training cannot go on; the message says why and what was kept."""
+
+    exit_code = 1
 
 
 class EnvironmentFailedError(TrainingError):

@@ -68,3 +68,17 @@ def test_defaults_part_passes_no_layout_flag_and_compares_with_the_best_setting(
     assert {k: family_default[k] for k in ("num_actors", "batch_size")} == {
         k: best[k] for k in ("num_actors", "batch_size")
     }
+
+
+def test_family_bench_layouts_name_the_layout_flags_or_the_familys_defaults():
+    import family_bench
+
+    assert family_bench.parse_layout("8x4x4/16") == dict(
+        num_actors=8,
+        envs_per_actor=4,
+        envs_per_process=4,
+        batch_size=16,
+        unroll_length=20,
+    )
+    assert family_bench.parse_layout("8")["batch_size"] == 8
+    assert family_bench.parse_layout("defaults") == {}

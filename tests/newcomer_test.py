@@ -93,6 +93,146 @@ def test_progress_logger_logs_the_line_and_writes_frames_per_second(caplog):
     assert tag == "frames_per_second" and step == 2000 and 0 < fps <= 1000 / 0.1
 
 
+# -- the default run: Pong with the tested command's settings ---------------------------
+
+
+def fallback_flags(monkeypatch, *args: str):
+    """experiment.py's flags for `args` after the fallback, where DeepMind Lab
+    is not installed (hidden for the test where it is: a module set to None
+    in sys.modules reads as absent)."""
+    import experiment
+
+    monkeypatch.setitem(sys.modules, "deepmind_lab", None)
+    f = experiment.parse_flags(["experiment.py", *args])
+    experiment.apply_fallback_settings(f)
+    return f
+
+
+def flag_file_values(f) -> dict:
+    """The fallback flag file's values, parsed as its flags parse them."""
+    import config as config_lib
+    import environments
+
+    values = config_lib.read_flag_file(environments.FALLBACK_FLAGFILE)
+    return {name: f[name].parser.parse(value) for name, value in values.items()}
+
+
+def test_the_default_run_without_deepmind_lab_has_the_tested_pong_commands_settings(
+    monkeypatch, caplog
+):
+    import environments
+    import experiment
+
+    caplog.set_level(logging.WARNING, logger="absl")
+    f = fallback_flags(monkeypatch)
+    expected = flag_file_values(f)
+    assert {name: f[name].value for name in expected} == expected
+    assert expected["level_name"] == "atari/pong" and len(expected) >= 10
+    config = experiment.config_from_flags(f)
+    assert config.environment.level_name == "atari/pong"
+    assert config.agent.torso == expected["agent"]
+    assert config.run.num_actors == expected["num_actors"]
+    assert config.learner.batch_size == expected["batch_size"]
+    assert config.learner.entropy_cost == expected["entropy_cost"]
+    assert (
+        config.learner.total_environment_frames == expected["total_environment_frames"]
+    )
+    (warning,) = [
+        r.getMessage() for r in caplog.records if "Settings:" in r.getMessage()
+    ]
+    assert "DeepMind Lab is not installed" in warning
+    assert f"Settings: {environments.FALLBACK_FLAGFILE}, the tested Pong" in warning
+    assert f"it ends at {expected['total_environment_frames']:,} frames" in warning
+    experiment.parse_flags(["experiment.py"])
+
+
+def test_a_command_line_flag_wins_over_the_fallbacks_settings(monkeypatch):
+    import experiment
+
+    f = fallback_flags(monkeypatch, "--num_actors=2", "--entropy_cost=0.01")
+    expected = flag_file_values(f)
+    assert expected["num_actors"] != 2 and expected["entropy_cost"] != 0.01
+    assert (f.num_actors, f.entropy_cost) == (2, 0.01)
+    assert f.batch_size == expected["batch_size"] and f.agent == expected["agent"]
+    experiment.parse_flags(["experiment.py"])
+
+
+@pytest.mark.parametrize(
+    "args", [["--level_name=atari/pong"], ["--mode=test"], ["--task=0"]]
+)
+def test_no_fallback_settings_for_a_named_level_test_mode_or_a_cluster_task(
+    monkeypatch, args
+):
+    import experiment
+
+    f = fallback_flags(monkeypatch, *args)
+    assert not f["batch_size"].present and f.batch_size == 2
+    experiment.parse_flags(["experiment.py"])
+
+
+def test_with_deepmind_lab_the_default_stays_the_references(monkeypatch):
+    """The stand-in on the path, as the real library would be: the default
+    level and the reference's settings, no flag file."""
+    from dmlab_helpers import STANDIN, DeepMindLab
+
+    import environments
+    import experiment
+
+    DeepMindLab(STANDIN).in_process(monkeypatch)
+    f = experiment.parse_flags(["experiment.py", "--level_cache_dir="])
+    experiment.apply_fallback_settings(f)
+    config = experiment.config_from_flags(f)
+    assert config.environment.level_name == environments.DEFAULT_LEVEL
+    assert (config.run.num_actors, config.learner.batch_size) == (4, 2)
+    assert config.learner.unroll_length == 100
+    assert config.learner.total_environment_frames == 10**9
+    experiment.parse_flags(["experiment.py"])
+
+
+@pytest.mark.slow
+def test_the_default_run_ends_with_its_summary_and_the_test_command(tmp_path):
+    """`python3 experiment.py` as a newcomer runs it (a short target and a
+    small layout on top, so that it ends in seconds): the first line names the
+    flag file and the target; the last says what the run did and how to
+    evaluate it."""
+    from families.contract import importable
+
+    if importable("deepmind_lab"):
+        pytest.skip("DeepMind Lab is installed here: the default is its level")
+    logdir = str(tmp_path / "run")
+    result = subprocess.run(
+        command(
+            "--total_environment_frames=2000",
+            "--agent=shallow",
+            "--num_actors=1",
+            "--envs_per_actor=2",
+            "--envs_per_process=2",
+            "--batch_size=2",
+            f"--logdir={logdir}",
+        ),
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert re.search(
+        r"DeepMind Lab is not installed.*Settings: flagfiles/pong_deep\.cfg, "
+        r"the tested Pong command \(flags on the command line win\); it ends "
+        r"at 2,000 frames\.",
+        result.stderr,
+    ), result.stderr[-3000:]
+    done = re.search(
+        r"Training done: (\d+) environment frames, \d+ episodes in [^;]+; "
+        r"mean return of the last \d+ episodes: (-?[\d.]+|none yet)\. Checkpoint and TensorBoard "
+        rf"logs in {re.escape(logdir)}\. Evaluate it: python3 experiment\.py "
+        rf"--mode=test --level_name=atari/pong --logdir={re.escape(logdir)}$",
+        result.stderr,
+        flags=re.M,
+    )
+    assert done and int(done.group(1)) >= 2000, result.stderr[-3000:]
+
+
 # -- a quiet start ---------------------------------------------------------------------
 
 BANNERS = ("absl::InitializeLog", "oneDNN custom operations")
