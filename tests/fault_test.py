@@ -43,6 +43,7 @@ from run_helpers import (
     RUN_TIMEOUT_S,
     SCRIPT,
     SMALL,
+    child_pids,
     process_exists,
 )
 
@@ -68,18 +69,6 @@ KILLED_AT_START_SCRIPT = os.path.join(
 
 
 # -- helpers --------------------------------------------------------------------
-
-
-def child_pids(pid: int) -> list[int]:
-    """The direct children of pid (from /proc/<pid>/task/*/children)."""
-    pids = []
-    for path in glob.glob(f"/proc/{pid}/task/*/children"):
-        try:
-            with open(path) as f:
-                pids.extend(int(p) for p in f.read().split())
-        except OSError:
-            pass  # The thread ended meanwhile.
-    return pids
 
 
 def environment_pids(pid: int) -> list[int]:

@@ -85,18 +85,21 @@ def small_config(logdir: str = "/tmp/agent", **learner_overrides):
     )
 
 
-def descendants(pid: int) -> list[int]:
-    """Every process below `pid` (from /proc/<pid>/task/*/children)."""
-    found = []
+def child_pids(pid: int) -> list[int]:
+    """The direct children of pid (from /proc/<pid>/task/*/children)."""
+    pids = []
     for path in glob.glob(f"/proc/{pid}/task/*/children"):
         try:
             with open(path) as f:
-                children = [int(p) for p in f.read().split()]
+                pids.extend(int(p) for p in f.read().split())
         except OSError:
-            continue  # The thread ended meanwhile.
-        for child in children:
-            found += [child, *descendants(child)]
-    return found
+            pass  # The thread ended meanwhile.
+    return pids
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid`."""
+    return [p for child in child_pids(pid) for p in (child, *descendants(child))]
 
 
 def process_exists(pid: int) -> bool:
@@ -144,11 +147,7 @@ def run_and_kill_one_environment(args: list[str], log_path, env=None):
                 assert process.poll() is None and time.time() < deadline, text[-3000:]
                 time.sleep(0.2)
                 text += log.read()
-            children = [
-                int(p)
-                for path in glob.glob(f"/proc/{process.pid}/task/*/children")
-                for p in open(path).read().split()
-            ]
+            children = child_pids(process.pid)
             assert len(children) == 2, children
             started = {child: descendants(child) for child in children}
             os.kill(children[0], signal.SIGKILL)
