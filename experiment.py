@@ -142,7 +142,7 @@ flags.DEFINE_string(
     environments.DEFAULT_LEVEL,
     "Level: a DeepMind Lab level, 'dmlab30', 'atari/<game>', 'atari57', "
     "'vizdoom/<scenario>' or 'vizdoom'. The default falls back to atari/pong "
-    "(with flagfiles/pong_deep.cfg's settings) without DeepMind Lab.",
+    "(with flagfiles/pong_shallow_4x32.cfg's settings) without DeepMind Lab.",
 )
 
 # Optimizer.

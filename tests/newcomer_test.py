@@ -149,10 +149,10 @@ def test_the_default_run_without_deepmind_lab_has_the_tested_pong_commands_setti
 def test_a_command_line_flag_wins_over_the_fallbacks_settings(monkeypatch):
     import experiment
 
-    f = fallback_flags(monkeypatch, "--num_actors=2", "--entropy_cost=0.01")
+    f = fallback_flags(monkeypatch, "--num_actors=2", "--entropy_cost=0.02")
     expected = flag_file_values(f)
-    assert expected["num_actors"] != 2 and expected["entropy_cost"] != 0.01
-    assert (f.num_actors, f.entropy_cost) == (2, 0.01)
+    assert expected["num_actors"] != 2 and expected["entropy_cost"] != 0.02
+    assert (f.num_actors, f.entropy_cost) == (2, 0.02)
     assert f.batch_size == expected["batch_size"] and f.agent == expected["agent"]
     experiment.parse_flags(["experiment.py"])
 
@@ -195,6 +195,7 @@ def test_the_default_run_ends_with_its_summary_and_the_test_command(tmp_path):
     small layout on top, so that it ends in seconds): the first line names the
     flag file and the target; the last says what the run did and how to
     evaluate it."""
+    import environments
     from families.contract import importable
 
     if importable("deepmind_lab"):
@@ -217,8 +218,9 @@ def test_the_default_run_ends_with_its_summary_and_the_test_command(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert re.search(
-        r"DeepMind Lab is not installed.*Settings: flagfiles/pong_deep\.cfg, "
-        r"the tested Pong command \(flags on the command line win\); it ends "
+        r"DeepMind Lab is not installed.*Settings: "
+        + re.escape(environments.FALLBACK_FLAGFILE)
+        + r", the tested Pong command \(flags on the command line win\); it ends "
         r"at 2,000 frames\.",
         result.stderr,
     ), result.stderr[-3000:]

@@ -1,5 +1,5 @@
 """A family's throughput defaults (EnvironmentFamily.throughput_defaults):
-an Atari run that sets no layout flag gets the fastest measured layout for
+an Atari or ViZDoom run that sets no layout flag gets the fastest measured layout for
 its agent and says so in its first log line; any layout flag on the command
 line, test mode, a cluster task and a family without defaults keep the
 flags' own values (the paper's). A run with fewer actors than levels is
@@ -85,9 +85,49 @@ def test_any_layout_flag_keeps_the_flags_own_defaults(given):
     assert "throughput defaults" not in config.summary()
 
 
-def test_a_family_without_defaults_keeps_the_flags_defaults():
-    config = config_for("--level_name=vizdoom/basic", "--agent=shallow")
+def test_a_family_without_defaults_keeps_the_flags_defaults(monkeypatch):
+    import toy_family
+
+    import environments
+
+    monkeypatch.setattr(environments, "_FAMILIES", list(environments.families()))
+    environments.register(toy_family.FAMILY)
+    config = config_for("--level_name=toy/corridor_3", "--agent=shallow")
     assert layout_of(config) == FLAG_DEFAULTS
+    assert "throughput defaults" not in config.summary()
+
+
+# One layout for both agents (families/doom.py).
+VIZDOOM_DEFAULTS = dict(
+    num_actors=4,
+    envs_per_actor=16,
+    envs_per_process=16,
+    batch_size=32,
+    unroll_length=20,
+)
+
+
+@pytest.mark.parametrize("agent", ["shallow", "deep", None])
+def test_a_vizdoom_run_without_layout_flags_gets_the_familys_fastest_layout(agent):
+    """No --agent: the flag's default (deep), as `--level_name=vizdoom/...`
+    alone runs."""
+    args = ["--level_name=vizdoom/defend_the_center"]
+    if agent is not None:
+        args.append(f"--agent={agent}")
+    config = config_for(*args)
+    assert layout_of(config) == VIZDOOM_DEFAULTS
+    assert f"ViZDoom's throughput defaults for the {agent or 'deep'} agent (" in (
+        config.summary()
+    )
+
+
+@pytest.mark.parametrize("given", ["num_actors", "batch_size"])
+def test_a_vizdoom_layout_flag_keeps_the_flags_own_defaults(given):
+    config = config_for(
+        "--level_name=vizdoom/defend_the_center", "--agent=shallow", f"--{given}=3"
+    )
+    assert layout_of(config) == dict(FLAG_DEFAULTS, **{given: 3})
+    assert "throughput defaults" not in config.summary()
 
 
 def test_test_mode_and_cluster_tasks_keep_the_flags_defaults(tmp_path, monkeypatch):
