@@ -64,8 +64,8 @@ class AgentConfig:
 @dataclasses.dataclass(frozen=True)
 class LearnerConfig:
     """The V-trace loss and its optimiser (learner/loss.py and update.py: RMSProp, the paper's,
-    or Adam), and the frames per update (batch_size x unroll_length x
-    num_action_repeats). decay and momentum are RMSProp's; epsilon is the
+    or Adam), and the frames per update (num_learners x batch_size x
+    unroll_length x num_action_repeats). decay and momentum are RMSProp's; epsilon is the
     optimiser's (TensorFlow's RMSProp adds it inside the square root, Adam
     outside)."""
 
@@ -91,6 +91,9 @@ class LearnerConfig:
     # Frames over which the learning rate decays linearly to 0; 0 means
     # total_environment_frames (the paper's schedule).
     learning_rate_decay_frames: int = 0
+    # --num_learners: towers, each on its own device with its own queue and
+    # batch of batch_size unrolls, whose summed gradients make one update.
+    num_learners: int = 1
 
     @property
     def decay_frames(self) -> int:
@@ -98,7 +101,13 @@ class LearnerConfig:
 
     @property
     def frames_per_update(self) -> int:
-        return self.batch_size * self.unroll_length * self.num_action_repeats
+        """All learners' frames: N x batch x unroll x action repeats."""
+        return (
+            self.num_learners
+            * self.batch_size
+            * self.unroll_length
+            * self.num_action_repeats
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,6 +201,35 @@ def read_flag_file(path: str) -> dict[str, str]:
                 name, _, value = line[2:].partition("=")
                 values[name] = value
     return values
+
+
+def learners_problem(
+    num_learners: int, num_actors: int, num_gpus: int | None
+) -> str | None:
+    """The flag error for --num_learners with `num_actors` actors, or None.
+    `num_gpus`: the GPUs single-machine training has for the towers (one
+    each); None for a cluster task, whose learners are its learner tasks."""
+    if num_learners > num_actors:
+        return (
+            f"--num_learners={num_learners}: more learners than the "
+            f"{num_actors} actors that feed them (actor j feeds learner j mod "
+            f"N, so learners {num_actors}..{num_learners - 1} would wait "
+            f"forever); use --num_learners={num_actors} or fewer, or more actors."
+        )
+    if num_gpus is None and num_learners > 1:
+        return (
+            f"--num_learners={num_learners}: a cluster trains with one learner "
+            f"task (several learner hosts are not supported yet); use "
+            f"--num_learners=1 there, or several GPUs on one machine."
+        )
+    if num_gpus is not None and num_learners > 1 and num_gpus < num_learners:
+        return (
+            f"--num_learners={num_learners}: single-machine training puts each "
+            f"learner on a GPU of its own and TensorFlow sees {num_gpus} GPU(s) "
+            f"here; use --num_learners=1 (or at most the GPUs there are), or "
+            f"learner tasks on several hosts (docs/distributed.md)."
+        )
+    return None
 
 
 def unplayed_levels_warning(

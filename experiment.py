@@ -13,7 +13,8 @@ own child process (py_process.py) or --envs_per_process of them to a process
 (families/vector.py). The learner
 dequeues `batch_size` unrolls, stages them (one step of policy lag), unrolls
 the agent over them and applies one RMSProp update with the V-trace loss
-(learner/: pipeline.py, loss.py, update.py, loop.py). The session is
+(learner/: pipeline.py, loss.py, update.py, loop.py); with --num_learners=N,
+N towers (a GPU, a queue and a batch each) make that one update. The session is
 in-process: no TensorFlow server, so no network port. Cluster tasks
 (--job_name, --task >= 0) are in cluster/.
 """
@@ -102,6 +103,13 @@ flags.DEFINE_integer(
     "each environment its own process.",
 )
 flags.DEFINE_integer("batch_size", 2, "Batch size (unrolls per learner step).")
+flags.DEFINE_integer(
+    "num_learners",
+    1,
+    "Learners updating synchronously, each with its own queue, batch of "
+    "--batch_size unrolls and tower (a GPU each on one machine); their summed "
+    "gradients make one update. Actor j feeds learner j mod N.",
+)
 flags.DEFINE_integer("unroll_length", 100, "Unroll length in agent steps.")
 flags.DEFINE_integer("num_action_repeats", 4, "Environment frames per agent step.")
 flags.DEFINE_integer("seed", 1, "Random seed.")
@@ -222,6 +230,7 @@ def validate_flags(f) -> None:
             raise FlagError(f"--{flag}={getattr(f, flag)}: {fix}")
 
     require(f.batch_size > 0, "batch_size", "must be >= 1 (unrolls per update).")
+    require(f.num_learners > 0, "num_learners", "must be >= 1 (1: one learner).")
     require(f.unroll_length > 0, "unroll_length", "must be >= 1.")
     require(f.num_action_repeats > 0, "num_action_repeats", "must be >= 1.")
     require(0.0 <= f.discounting <= 1.0, "discounting", "must be in [0, 1].")
@@ -363,6 +372,13 @@ def config_from_flags(f: flags.FlagValues) -> Config:
         choices.append(ONEDNN_CHOICE)
     if warning := cpu_features.bfloat16_warning(torso_dtype, cpu):
         logging.warning(warning)
+    num_gpus = len(tf.config.list_physical_devices("GPU"))
+    if f.mode == "train" and (
+        problem := config_lib.learners_problem(
+            f.num_learners, layout["num_actors"], None if cluster_task else num_gpus
+        )
+    ):
+        raise FlagError(problem)
     if f.mode == "train" and not cluster_task:
         if warning := config_lib.unplayed_levels_warning(
             level_name, len(level_names), layout["num_actors"]
@@ -490,18 +506,18 @@ def train(config: Config, shutdown: ShutdownRequest) -> None:
         )
     with tf.Graph().as_default():
         tf.compat.v1.set_random_seed(run.seed)
-        device = sessions.learner_device()
+        devices = sessions.learner_devices(config.learner.num_learners)
         agent = agent_lib.create_agent(config.agent)
-        queue = pipeline.create_queue(specs)
+        queues = [pipeline.create_queue(specs, learner=i) for i in range(len(devices))]
         # The learner builds the agent's variables (in the main graph).
         learner_pipeline = pipeline.build_learner_pipeline(
-            agent, queue, specs, config.learner, device
+            agent, queues, specs, config.learner, devices
         )
         inference_fn, _ = runner.make_inference_fn(
-            agent, device, run.dynamic_batching, run.envs_per_actor
+            agent, devices[0], run.dynamic_batching, run.envs_per_actor
         )
         actor_list = runner.build_actors(
-            agent, environment, run, config.learner.unroll_length, queue, inference_fn
+            agent, environment, run, config.learner.unroll_length, queues, inference_fn
         )
         restarts = EnvironmentRestarts(
             run.logdir, learner_pipeline.learner.num_env_frames
@@ -510,7 +526,7 @@ def train(config: Config, shutdown: ShutdownRequest) -> None:
             # Before PyProcessHook: its `end` must release the actors first.
             runner.ActorRunnerHook(
                 [runner.ActorRunner(a, restarts, shutdown) for a in actor_list],
-                queue.close(cancel_pending_enqueues=True),
+                tf.group([q.close(cancel_pending_enqueues=True) for q in queues]),
             ),
             py_process.PyProcessHook(),
         ]

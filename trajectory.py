@@ -4,6 +4,7 @@ An actor enqueues one ActorOutput per unroll (batch-major, one per
 environment: `level_name` [], `agent_state` the agent's core state before the
 first step, `env_outputs` and `agent_outputs` [T + 1, ...]); the learner
 dequeues `batch_size` of them and makes them time-major ([T + 1, B, ...]).
+With several learners, actor j's unrolls go to learner `learner_of(j, N)`.
 Both sides import this module and nothing of each other.
 """
 
@@ -16,6 +17,12 @@ import tensorflow as tf
 ActorOutput = collections.namedtuple(
     "ActorOutput", "level_name agent_state env_outputs agent_outputs"
 )
+
+
+def learner_of(actor: int, num_learners: int) -> int:
+    """The learner (its queue, its tower) that actor `actor` feeds: round
+    robin, so each of N learners gets every N-th actor."""
+    return actor % num_learners
 
 
 def swap_leading_axes(t: tf.Tensor) -> tf.Tensor:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
+from collections.abc import Sequence
 
 import tensorflow as tf
 from absl import logging
@@ -26,6 +27,7 @@ from actor.supervisor import (
 )
 from actor.unroll import build_vector_actor
 from config import EnvironmentConfig, RunConfig
+from trajectory import learner_of
 
 try:  # dynamic_batching is optional: without its op, inference is unbatched.
     import dynamic_batching
@@ -84,12 +86,13 @@ def build_actors(
     environment: EnvironmentConfig,
     run: RunConfig,
     unroll_length: int,
-    queue: tf.queue.FIFOQueue,
+    queues: Sequence[tf.queue.FIFOQueue],
     inference_fn,
 ) -> list[Actor]:
     """`run.num_actors` actors, round-robin over the levels, each stepping
     `run.envs_per_actor` environments of its level and enqueuing one unroll
-    per environment into `queue`. Environment k of actor i has seed
+    per environment into its learner's queue (actor i: queues[i mod N],
+    trajectory.learner_of). Environment k of actor i has seed
     `run.seed + i * envs_per_actor + k` (`seed + i` with one per actor).
     With `run.envs_per_process` M > 1 (a divisor of envs_per_actor) an
     actor's environments run M to a process (families/vector.py)."""
@@ -105,6 +108,7 @@ def build_actors(
             output, state_initializer = build_vector_actor(
                 agent, list(envs), level_name, unroll_length, inference_fn
             )
+            queue = queues[learner_of(i, len(queues))]
             enqueue_op = queue.enqueue_many(tf.nest.flatten(output))
         actors.append(
             Actor(i, level_name, processes, output, enqueue_op, state_initializer)

@@ -18,6 +18,13 @@ sessions.session_config(single_machine_training=True), as training does.
 
     python3 benchmarks/learner_bench.py                 # ~2-4 min on 2 cores
     python3 benchmarks/learner_bench.py --seconds 5 --agents shallow
+    python3 benchmarks/learner_bench.py --modes fixed --num_learners 1,2 \
+        --json benchmarks/results/learner_towers.json
+
+With --num_learners N > 1 (fixed-batch mode) the same batch is split over N
+towers on N logical CPU devices of the process (build_learner's towers, one
+update from their summed gradients): what synchronising the towers costs
+against one learner on the whole batch, on the same cores.
 """
 
 from __future__ import annotations
@@ -76,6 +83,7 @@ def bench_config(
     mode: str,
     seconds: float,
     torso_dtype: str = "float32",
+    num_learners: int = 1,
 ):
     import numpy as np
     import tensorflow as tf
@@ -95,11 +103,18 @@ def bench_config(
     agent_config = AgentConfig(
         agent_name, num_actions, use_instruction=False, torso_dtype=torso_dtype
     )
+    if batch_size % num_learners or (num_learners > 1 and mode != "fixed"):
+        raise SystemExit(
+            f"--num_learners={num_learners}: the fixed-batch mode only, with "
+            f"a batch ({batch_size}) that splits into equal towers"
+        )
+    # The same total batch, split over the learners' towers.
     config = LearnerConfig(
-        batch_size=batch_size,
+        batch_size=batch_size // num_learners,
         unroll_length=unroll,
         num_action_repeats=NUM_ACTION_REPEATS,
         total_environment_frames=int(1e9),
+        num_learners=num_learners,
     )
     specs = actor_output_specs(environment, agent_config, unroll)
     rng = np.random.RandomState(0)
@@ -121,7 +136,7 @@ def bench_config(
             ]
             enqueue_many = queue.enqueue_many(placeholders)
             learner_pipeline = pipeline.build_learner_pipeline(
-                agent, queue, specs, config, "/cpu:0"
+                agent, [queue], specs, config, ["/cpu:0"]
             )
             train_op = learner_pipeline.learner.train_and_count
             stage_op = learner_pipeline.stage_op
@@ -150,13 +165,41 @@ def bench_config(
                 return variable.read_value()
 
             batch = tf.nest.map_structure(hold, stacked)
+            # Tower i: unrolls i*B/N .. (i+1)*B/N - 1, on logical CPU i.
+            share = config.batch_size
+            batches = (
+                [batch]
+                if num_learners == 1
+                else [
+                    trajectory.ActorOutput(
+                        level_name=batch.level_name[i * share : (i + 1) * share],
+                        agent_state=tf.nest.map_structure(
+                            lambda t, i=i: t[i * share : (i + 1) * share],
+                            batch.agent_state,
+                        ),
+                        env_outputs=tf.nest.map_structure(
+                            lambda t, i=i: t[:, i * share : (i + 1) * share],
+                            batch.env_outputs,
+                        ),
+                        agent_outputs=tf.nest.map_structure(
+                            lambda t, i=i: t[:, i * share : (i + 1) * share],
+                            batch.agent_outputs,
+                        ),
+                    )
+                    for i in range(num_learners)
+                ]
+            )
+            devices = [f"/cpu:{i}" for i in range(num_learners)]
             learner = build_learner(
-                agent, batch.agent_state, batch.env_outputs, batch.agent_outputs, config
+                agent, batches, config, devices if num_learners > 1 else None
             )
             fetches = learner.train_and_count
-        with tf.compat.v1.Session(
-            config=sessions.session_config(single_machine_training=True)
-        ) as session:
+        parameter_bytes = sum(
+            v.shape.num_elements() * v.dtype.size for v in agent.trainable_variables
+        )
+        session_config = sessions.session_config(single_machine_training=True)
+        session_config.device_count["CPU"] = num_learners
+        with tf.compat.v1.Session(config=session_config) as session:
             session.run(
                 [
                     tf.compat.v1.global_variables_initializer(),
@@ -196,6 +239,11 @@ def bench_config(
     return {
         "agent": agent_name,
         "batch_size": batch_size,
+        "num_learners": num_learners,
+        # Each learner but the first sends its gradients to the variables'
+        # device and reads the parameters back: 2 x (N - 1) x these bytes
+        # cross between devices per update (none here: one process).
+        "parameter_bytes": parameter_bytes,
         "unroll_length": unroll,
         "mode": mode,
         "steps": steps,
@@ -228,6 +276,12 @@ def main() -> None:
         "--seconds", type=float, default=8.0, help="timed seconds per configuration"
     )
     parser.add_argument(
+        "--num_learners",
+        default="1",
+        help="comma-separated tower counts: each splits the same batch over N "
+        "towers on N logical CPU devices (fixed-batch mode only)",
+    )
+    parser.add_argument(
         "--json",
         default=None,
         help="where to write the record; by default benchmarks/results/"
@@ -237,7 +291,14 @@ def main() -> None:
     args = parser.parse_args()
     full_run = all(
         getattr(args, name) == parser.get_default(name)
-        for name in ("agents", "batch_sizes", "modes", "unroll_length", "torso_dtypes")
+        for name in (
+            "agents",
+            "batch_sizes",
+            "modes",
+            "unroll_length",
+            "torso_dtypes",
+            "num_learners",
+        )
     )
 
     import tensorflow as tf  # noqa: F401  (after TF_CPP_MIN_LOG_LEVEL)
@@ -251,7 +312,12 @@ def main() -> None:
     for agent_name in args.agents.split(","):
         for torso_dtype in args.torso_dtypes.split(","):
             for batch_size in map(int, args.batch_sizes.split(",")):
-                for mode in args.modes.split(","):
+                for mode, num_learners in (
+                    (m, int(n))
+                    for m in args.modes.split(",")
+                    for n in args.num_learners.split(",")
+                    if m == "fixed" or n == "1"
+                ):
                     r = bench_config(
                         agent_name,
                         batch_size,
@@ -259,11 +325,13 @@ def main() -> None:
                         mode,
                         args.seconds,
                         torso_dtype,
+                        num_learners,
                     )
                     r["torso_dtype"] = torso_dtype
                     results.append(r)
                     print(
-                        f"{agent_name:>7} {torso_dtype} B={batch_size:<3} {mode:>5}: "
+                        f"{agent_name:>7} {torso_dtype} B={batch_size:<3} {mode:>5} "
+                        f"N={num_learners}: "
                         f"{r['learner_steps_per_s']:.2f} steps/s, "
                         f"{r['frames_per_s']:.0f} frames/s, {r['ms_per_step']:.0f} ms/step, "
                         f"{r['cores']:.2f} cores, {r['cpu_ms_per_step']:.0f} CPU ms/step, "

@@ -53,10 +53,10 @@ def build_learner_task(
         queue = pipeline.create_queue(specs)
         learner_pipeline = pipeline.build_learner_pipeline(
             agent,
-            queue,
+            [queue],
             specs,
             config.learner,
-            sessions.learner_device(),
+            [sessions.learner_device()],
         )
         # The learner's local init creates the queue (with its shapes) before
         # setting `training_done`, which actors wait for: so an actor with

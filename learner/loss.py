@@ -63,7 +63,7 @@ def compute_policy_gradient_loss(
 
 
 LossOutputs = collections.namedtuple(
-    "LossOutputs", "losses vtrace_returns policy_entropy"
+    "LossOutputs", "losses vtrace_returns policy_entropy pg_advantages"
 )
 
 
@@ -101,8 +101,10 @@ def compute_loss(
     Returns:
       LossOutputs: losses (Losses of scalars: total, and each term with its
       cost applied: policy_gradient, baseline, entropy), vtrace_returns
-      (vtrace.VTraceFromLogitsReturns, [T, B] each) and policy_entropy (the
-      mean entropy of the learner's policy per step, a scalar).
+      (vtrace.VTraceFromLogitsReturns, [T, B] each), policy_entropy (the
+      mean entropy of the learner's policy per step, a scalar) and
+      pg_advantages [T, B] (the advantages the policy gradient uses: with
+      PopArt, divided by the level's scale).
     """
     bootstrap_value = learner_outputs.baseline[-1]
     actions = agent_outputs.action[1:]
@@ -147,4 +149,5 @@ def compute_loss(
         losses=Losses(total_loss, pg_loss, baseline_loss, entropy_loss),
         vtrace_returns=vtrace_returns,
         policy_entropy=policy_entropy,
+        pg_advantages=pg_advantages,
     )

@@ -11,6 +11,7 @@ loop around it is loop.py.
 from __future__ import annotations
 
 import collections
+from collections.abc import Sequence
 
 import tensorflow as tf
 
@@ -24,8 +25,15 @@ LearnerPipeline = collections.namedtuple(
 )
 
 
-def create_queue(specs, capacity: int = 1) -> tf.queue.FIFOQueue:
-    """The queue of ActorOutputs between actors and learner.
+def queue_name(learner: int) -> str:
+    """The shared name of learner `learner`'s queue, by which the tasks of a
+    cluster find it ('buffer' for the first: a single learner's is today's)."""
+    return "buffer" if learner == 0 else f"buffer_{learner}"
+
+
+def create_queue(specs, capacity: int = 1, learner: int = 0) -> tf.queue.FIFOQueue:
+    """The queue of ActorOutputs between actors and learner `learner` (its
+    tower: actor j feeds learner j mod N, actor/runner.py).
 
     Capacity 1: an actor blocks until the learner takes its unroll, which
     bounds the policy lag. shared_name lets other tasks of a cluster find it.
@@ -35,7 +43,8 @@ def create_queue(specs, capacity: int = 1) -> tf.queue.FIFOQueue:
         capacity,
         [s.dtype for s in flat_specs],
         [s.shape for s in flat_specs],
-        shared_name="buffer",
+        shared_name=queue_name(learner),
+        name=None if learner == 0 else f"queue_{learner}",
     )
 
 
@@ -49,37 +58,56 @@ def _staging_area(flat_tensors):
 
 def build_learner_pipeline(
     agent: agent_lib.Agent,
-    queue: tf.queue.FIFOQueue,
+    queues: Sequence[tf.queue.FIFOQueue],
     specs,
     config: LearnerConfig,
-    device: str,
+    devices: Sequence[str],
 ) -> LearnerPipeline:
-    """Dequeue batch_size unrolls, stack them time-major, stage them, learn.
+    """For each learner (tower) i: dequeue batch_size unrolls from queues[i],
+    stack them time-major, stage them on devices[i]; then one update from all
+    towers (update.build_learner).
 
-    The staging area holds the next batch (already on `device`) while the
+    Each staging area holds the next batch (already on its device) while the
     current one trains: one more step of policy lag, no wait for the copy.
-    Run `stage_op` once before the first training step.
+    Run `stage_op` once before the first training step. `batch` is the towers'
+    batches side by side ([T + 1, N * B, ...]; level_name [N * B]);
+    `queue_size`: the queue's size, or [N] sizes with several learners.
     """
-    # One dequeue_many takes batch_size unrolls as the actors deliver them
-    # (the queue holds fewer); [B, T + 1, ...] -> time-major.
-    dequeued = time_major(
-        tf.nest.pack_sequence_as(specs, queue.dequeue_many(config.batch_size))
-    )
-    with tf.device(device):
-        flat = tf.nest.flatten(dequeued)
-        area = _staging_area(flat)
-        stage_op = area.put(flat)
-        batch = tf.nest.pack_sequence_as(specs, area.get())
-        learner = build_learner(
-            agent,
-            batch.agent_state,
-            batch.env_outputs,
-            batch.agent_outputs,
-            config,
-            batch.level_name,
+    batches, stage_ops = [], []
+    for queue, device in zip(queues, devices, strict=True):
+        # One dequeue_many takes batch_size unrolls as the actors deliver them
+        # (the queue holds fewer); [B, T + 1, ...] -> time-major.
+        dequeued = time_major(
+            tf.nest.pack_sequence_as(specs, queue.dequeue_many(config.batch_size))
         )
+        with tf.device(device):
+            flat = tf.nest.flatten(dequeued)
+            area = _staging_area(flat)
+            stage_ops.append(area.put(flat))
+            batches.append(tf.nest.pack_sequence_as(specs, area.get()))
+    with tf.device(devices[0]):
+        learner = build_learner(
+            agent, batches, config, None if len(devices) == 1 else devices
+        )
+    if len(batches) == 1:
+        batch, stage_op = batches[0], stage_ops[0]
+    else:
+        for i, queue in enumerate(queues):
+            tf.compat.v1.summary.scalar(f"queue_size/learner_{i}", queue.size())
+        batch = ActorOutput(
+            level_name=tf.concat([b.level_name for b in batches], axis=0),
+            agent_state=None,
+            env_outputs=None,
+            agent_outputs=None,
+        )
+        stage_op = tf.group(stage_ops)
     return LearnerPipeline(
-        batch=batch, learner=learner, stage_op=stage_op, queue_size=queue.size()
+        batch=batch,
+        learner=learner,
+        stage_op=stage_op,
+        queue_size=queues[0].size()
+        if len(queues) == 1
+        else tf.stack([q.size() for q in queues]),
     )
 
 

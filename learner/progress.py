@@ -44,7 +44,7 @@ def progress_line(
     fps: float,
     steps_per_s: float,
     recent_returns,
-    queue_size: int,
+    queue_size,
 ) -> str:
     """'frames 7,200 / 1,000,000,000 (0.0 %) | 720 frames/s | ETA 16 d 1 h |
     ...': where the run is against its target, and how fast it gets there."""
@@ -55,8 +55,17 @@ def progress_line(
         f"frames {num_env_frames:,} / {total_frames:,} ({done:.1f} %) | "
         f"{fps:.0f} frames/s | ETA {format_duration(max(eta, 0.0))} | "
         f"{steps_per_s:.2f} learner steps/s | mean return (last "
-        f"{len(recent_returns)} episodes) {mean_return:.2f} | queue {queue_size}"
+        f"{len(recent_returns)} episodes) {mean_return:.2f} | "
+        f"{queue_text(queue_size)}"
     )
+
+
+def queue_text(queue_size) -> str:
+    """'queue 1' for one learner's queue; 'queues 1,0' for several learners'."""
+    sizes = np.atleast_1d(queue_size)
+    if sizes.size == 1:
+        return f"queue {int(sizes[0])}"
+    return "queues " + ",".join(str(int(n)) for n in sizes)
 
 
 def done_line(result, logdir: str, level_name: str) -> str:
@@ -87,7 +96,7 @@ class ProgressLogger:
         self._last_frames = None
         self._steps = 0
 
-    def step(self, num_env_frames: int, recent_returns, queue_size: int) -> None:
+    def step(self, num_env_frames: int, recent_returns, queue_size) -> None:
         self._steps += 1
         now = time.time()
         if self._last_frames is None:  # Count from the first step (after resume).

@@ -20,15 +20,17 @@ together).
 from __future__ import annotations
 
 import collections
+import contextlib
 import re
+from collections.abc import Sequence
 
 import tensorflow as tf
 
 import agent as agent_lib
 from config import LearnerConfig
-from families.contract import StepOutput
 from learner import popart as popart_lib
-from learner.loss import compute_loss
+from learner.loss import Losses, compute_loss
+from trajectory import ActorOutput
 
 LearnerOutputs = collections.namedtuple(
     "LearnerOutputs",
@@ -51,21 +53,29 @@ Update = collections.namedtuple(
 
 
 def build_update(
-    total_loss: tf.Tensor,
+    tower_losses: Sequence[tf.Tensor],
     variables: list,
     config: LearnerConfig,
     after_step=None,
+    devices: Sequence[str | None] | None = None,
 ) -> Update:
-    """One optimiser step on `total_loss` over `variables`.
+    """One optimiser step on the sum of `tower_losses` over `variables`.
+
+    Each tower's gradients are computed on its device (`devices[i]`, or where
+    its loss is), then summed into one update: the losses are sums over time
+    and batch, so the summed gradients are those of one learner on all the
+    towers' batches together, and --learning_rate means what it means for
+    one learner with that batch. With one tower the graph is the
+    single-learner one.
 
     The learning rate decays linearly from config.learning_rate to 0 over
     config.decay_frames environment frames. A NaN or infinite loss or
     gradient fails the step before any variable changes (guard_finite_update);
     gradients are clipped to config.max_grad_norm when it is positive. The
     global step (created here if needed) counts environment frames: each
-    update adds config.frames_per_update. `after_step`: optional () -> op,
-    built under a dependency on the optimiser step and run before the frame
-    count moves (PopArt's statistics update).
+    update adds config.frames_per_update (all towers' frames). `after_step`:
+    optional () -> op, built under a dependency on the optimiser step and run
+    before the frame count moves (PopArt's statistics update).
     """
     num_env_frames = tf.compat.v1.train.get_or_create_global_step()
     learning_rate = tf.compat.v1.train.polynomial_decay(
@@ -75,8 +85,14 @@ def build_update(
         end_learning_rate=0.0,
     )
     optimizer = make_optimizer(config, learning_rate)
-    grads_and_vars = optimizer.compute_gradients(total_loss, var_list=variables)
-    gradients, variables = zip(*grads_and_vars, strict=True)
+    devices = list(devices or [None] * len(tower_losses))
+    if len(tower_losses) == 1:
+        total_loss = tower_losses[0]
+        grads_and_vars = optimizer.compute_gradients(total_loss, var_list=variables)
+        gradients, variables = zip(*grads_and_vars, strict=True)
+    else:
+        total_loss = tf.add_n(list(tower_losses))
+        gradients = sum_tower_gradients(tower_losses, variables, devices)
     global_norm = tf.linalg.global_norm(gradients)
     # A NaN/Inf loss or gradient stops the step before any variable changes.
     gradients = guard_finite_update(total_loss, gradients, global_norm, num_env_frames)
@@ -95,49 +111,89 @@ def build_update(
     return Update(train_and_count, num_env_frames, learning_rate, global_norm)
 
 
+def sum_tower_gradients(
+    tower_losses: Sequence[tf.Tensor],
+    variables: list,
+    devices: Sequence[str | None],
+) -> list[tf.Tensor]:
+    """d(sum of tower_losses)/d(variables), tower i's part computed on
+    devices[i] and the parts added where each variable lives (one transfer of
+    each tower's gradients, none of its activations)."""
+    per_tower = []
+    for loss, device in zip(tower_losses, devices, strict=True):
+        with _device(device):
+            per_tower.append(
+                tf.compat.v1.gradients(
+                    loss, variables, colocate_gradients_with_ops=True
+                )
+            )
+    summed = []
+    for variable, parts in zip(variables, zip(*per_tower, strict=True), strict=True):
+        parts = [tf.convert_to_tensor(p) for p in parts if p is not None]
+        with tf.device(variable.device):
+            summed.append(tf.add_n(parts) if parts else None)
+    return summed
+
+
 def build_learner(
     agent: agent_lib.Agent,
-    agent_state,
-    env_outputs: StepOutput,
-    agent_outputs: agent_lib.AgentOutput,
+    batches: Sequence[ActorOutput],
     config: LearnerConfig,
-    level_name: tf.Tensor | None = None,
+    devices: Sequence[str | None] | None = None,
 ) -> LearnerOutputs:
-    """The agent unrolled over a time-major batch, its loss and one update.
+    """The agent unrolled over each tower's time-major batch, their losses
+    and one update from all of them.
 
     Args:
-      agent_state: core state [B, 256] before step 0 of each unroll.
-      env_outputs: StepOutput of [T + 1, B, ...] tensors.
-      agent_outputs: AgentOutput of [T + 1, B, ...] (the actors' outputs).
+      batches: one ActorOutput per tower (learner), time-major:
+        env_outputs and agent_outputs [T + 1, B, ...] (the actors' outputs),
+        agent_state [B, 256] (the core state before step 0 of each unroll),
+        level_name [B] (each unroll's level; PopArt needs it).
       config: LearnerConfig.
-      level_name: [B] string, each unroll's level; needed with config.popart
-        (the statistics variables popart/* are created here then).
+      devices: tower i's device (its unroll, loss and gradients); None: the
+        current device scope. The loss itself runs on that device's CPU.
 
     Returns:
       LearnerOutputs: train_and_count (runs the update, then returns the new
-      frame count int64), done / info [T, B] of the batch (for episode
-      logging), num_env_frames (the global step variable), losses (Losses:
-      total and each weighted term, scalars), learning_rate and
-      vtrace_returns (vtrace.VTraceFromLogitsReturns, [T, B] each).
+      frame count int64), done / info [T, N * B] of the towers' batches side
+      by side (for episode logging), num_env_frames (the global step
+      variable), losses (Losses: total and each weighted term, scalars,
+      summed over towers), learning_rate and vtrace_returns
+      (vtrace.VTraceFromLogitsReturns, [T, N * B] each).
     """
-    learner_outputs, _ = agent.unroll(agent_outputs.action, env_outputs, agent_state)
-    popart, popart_batch, after_step = None, None, None
-    if config.popart:
-        popart = popart_lib.PopArt(config.level_names, config.popart_beta)
-        popart_batch = popart.batch(level_name)
-    # V-trace's sequential recursion is faster on the CPU.
-    with tf.device("/cpu:0"):
-        loss = compute_loss(
-            learner_outputs, agent_outputs, env_outputs, config, popart_batch
-        )
-    losses, vtrace_returns = loss.losses, loss.vtrace_returns
+    devices = list(devices or [None] * len(batches))
+    popart, towers = None, []
+    for batch, device in zip(batches, devices, strict=True):
+        with _device(device):
+            learner_outputs, _ = agent.unroll(
+                batch.agent_outputs.action, batch.env_outputs, batch.agent_state
+            )
+        if config.popart and popart is None:  # after the agent's variables
+            popart = popart_lib.PopArt(config.level_names, config.popart_beta)
+        with _device(device):
+            towers.append(_tower(learner_outputs, batch, config, popart, device))
+    losses = Losses(*map(_sum, zip(*(t.losses for t in towers), strict=True)))
+    vtrace_returns = _side_by_side([t.vtrace_returns for t in towers])
+    after_step = None
     if popart is not None:
         head = agent.value_head
+        popart_batch = popart_lib.PopArtBatch(
+            tf.concat([t.popart_batch.level_ids for t in towers], axis=0),
+            towers[0].popart_batch.mean,
+            towers[0].popart_batch.scale,
+        )
 
         def after_step():
+            # The statistics move once, from every tower's targets together.
             return popart.update(vtrace_returns.vs, popart_batch, head.w, head.b)
 
-    update = build_update(losses.total, agent.trainable_variables, config, after_step)
+    update = build_update(
+        [t.losses.total for t in towers],
+        agent.trainable_variables,
+        config,
+        after_step,
+        devices,
+    )
 
     summary = tf.compat.v1.summary
     summary.scalar("learning_rate", update.learning_rate)
@@ -145,7 +201,13 @@ def build_learner(
     summary.scalar("loss/policy_gradient", losses.policy_gradient)
     summary.scalar("loss/baseline", losses.baseline)
     summary.scalar("loss/entropy", losses.entropy)
-    summary.scalar("policy_entropy", loss.policy_entropy)
+    # A mean over the towers' batches, each one's a mean over its own.
+    summary.scalar(
+        "policy_entropy",
+        _sum([t.policy_entropy / len(towers) for t in towers])
+        if len(towers) > 1
+        else towers[0].policy_entropy,
+    )
     summary.scalar("gradient_global_norm", update.global_norm)
     # 0 when the learner's policy is the actors' (no update in between); it
     # grows with the policy lag, and any misalignment of actions, states or
@@ -155,15 +217,152 @@ def build_learner(
     )
     if popart is not None:
         popart.summaries()
+    if len(config.level_names) > 1:
+        level_summaries(config.level_names, [t.level_terms for t in towers])
+    env_outputs = [batch.env_outputs for batch in batches]
     return LearnerOutputs(
         train_and_count=update.train_and_count,
-        done=env_outputs.done[1:],
-        info=tf.nest.map_structure(lambda t: t[1:], env_outputs.info),
+        done=tf.concat([e.done[1:] for e in env_outputs], axis=1),
+        info=_side_by_side(
+            [tf.nest.map_structure(lambda t: t[1:], e.info) for e in env_outputs]
+        ),
         num_env_frames=update.num_env_frames,
         losses=losses,
         learning_rate=update.learning_rate,
         vtrace_returns=vtrace_returns,
     )
+
+
+_Tower = collections.namedtuple(
+    "_Tower", "losses vtrace_returns policy_entropy popart_batch level_terms"
+)
+
+# A tower's per-level sums [L] for level_summaries: the trajectories, their
+# mean |policy-gradient advantage|, and the squared norm of the loss's
+# gradient with respect to the network's outputs (policy logits, values).
+LevelTerms = collections.namedtuple(
+    "LevelTerms", "trajectories abs_pg_advantage output_gradient_sq"
+)
+
+
+def level_terms(
+    level_ids: tf.Tensor,
+    num_levels: int,
+    pg_advantages: tf.Tensor,
+    total_loss: tf.Tensor,
+    learner_outputs: agent_lib.AgentOutput,
+) -> LevelTerms:
+    """Per-level sums over a batch's trajectories (level_ids [B],
+    pg_advantages [T, B]); built for the summaries only, so the training step
+    never computes them."""
+    logits_gradient, values_gradient = tf.gradients(
+        total_loss, [learner_outputs.policy_logits, learner_outputs.baseline]
+    )
+
+    def per_trajectory_sq(gradient):  # [T + 1, B, ...] -> [B]
+        if gradient is None:
+            return tf.zeros_like(tf.cast(level_ids, tf.float32))
+        squares = tf.square(gradient)
+        return tf.reduce_sum(squares, axis=[0, *range(2, squares.shape.rank)])
+
+    def by_level(values):  # [B] -> [L]
+        return tf.math.unsorted_segment_sum(values, level_ids, num_levels)
+
+    return LevelTerms(
+        trajectories=by_level(tf.ones_like(tf.cast(level_ids, tf.float32))),
+        abs_pg_advantage=by_level(tf.reduce_mean(tf.abs(pg_advantages), axis=0)),
+        output_gradient_sq=by_level(
+            per_trajectory_sq(logits_gradient) + per_trajectory_sq(values_gradient)
+        ),
+    )
+
+
+def level_summaries(level_names, towers_terms: list[LevelTerms]) -> None:
+    """TensorBoard, for each level of a run of several:
+    `levels/<level>/mean_abs_pg_advantage` (the mean |advantage| its
+    trajectories push the policy with; PopArt divides it by the level's
+    scale) and `levels/<level>/gradient_share` (its share of the norm of the
+    loss's gradient with respect to the network's outputs, the policy logits
+    and the values: the levels' shares add up to 1; without PopArt and
+    without clipping the large-reward level takes most of it). Both are of
+    the summary step's batch, all learners' together; 0 for a level absent
+    from it."""
+    terms = LevelTerms(*map(_sum, zip(*towers_terms, strict=True)))
+    mean_abs = terms.abs_pg_advantage / tf.maximum(terms.trajectories, 1.0)
+    norms = tf.sqrt(terms.output_gradient_sq)
+    shares = norms / tf.maximum(tf.reduce_sum(norms), 1e-12)
+    for i, level in enumerate(level_names):
+        tf.compat.v1.summary.scalar(
+            f"levels/{level}/mean_abs_pg_advantage", mean_abs[i]
+        )
+        tf.compat.v1.summary.scalar(f"levels/{level}/gradient_share", shares[i])
+
+
+def _tower(
+    learner_outputs: agent_lib.AgentOutput,
+    batch: ActorOutput,
+    config: LearnerConfig,
+    popart,
+    device,
+) -> _Tower:
+    """One tower's loss on its batch and the agent's outputs for it, under
+    its device scope."""
+    popart_batch = popart.batch(batch.level_name) if popart is not None else None
+    # V-trace's sequential recursion is faster on the CPU (the tower's).
+    with tf.device(_cpu_of(device)):
+        loss = compute_loss(
+            learner_outputs,
+            batch.agent_outputs,
+            batch.env_outputs,
+            config,
+            popart_batch,
+        )
+    terms = None
+    if len(config.level_names) > 1:
+        ids = (
+            popart_batch.level_ids
+            if popart_batch is not None
+            else popart_lib.level_ids(batch.level_name, config.level_names)
+        )
+        terms = level_terms(
+            ids,
+            len(config.level_names),
+            loss.pg_advantages,
+            loss.losses.total,
+            learner_outputs,
+        )
+    return _Tower(
+        loss.losses, loss.vtrace_returns, loss.policy_entropy, popart_batch, terms
+    )
+
+
+def _cpu_of(device: str | None) -> str:
+    """The CPU of `device`'s task: '/job:learner/task:1/device:GPU:0' ->
+    '/job:learner/task:1/device:CPU:0'; None -> '/cpu:0' (which an enclosing
+    device scope completes with its job and task)."""
+    if not device:
+        return "/cpu:0"
+    spec = tf.DeviceSpec.from_string(device)
+    return spec.replace(device_type="CPU", device_index=0).to_string()
+
+
+def _device(device: str | None):
+    """tf.device(device), or no scope for None (tf.device(None) would clear
+    the enclosing scopes, which place a single learner)."""
+    return contextlib.nullcontext() if device is None else tf.device(device)
+
+
+def _sum(tensors) -> tf.Tensor:
+    """Their sum; one tensor is itself (one tower: the single learner's graph)."""
+    tensors = list(tensors)
+    return tensors[0] if len(tensors) == 1 else tf.add_n(tensors)
+
+
+def _side_by_side(structures: list):
+    """Structures of [T, B_i, ...] tensors -> one of [T, sum B_i, ...]."""
+    if len(structures) == 1:
+        return structures[0]
+    return tf.nest.map_structure(lambda *t: tf.concat(t, axis=1), *structures)
 
 
 OPTIMIZERS = ("rmsprop", "adam")

@@ -29,6 +29,18 @@ def learner_device() -> str:
     return "/cpu:0"
 
 
+def learner_devices(num_learners: int) -> list[str]:
+    """The learners' devices on one machine: learner_device() for one; for
+    N > 1 a GPU each, /gpu:0 .. /gpu:N-1 (experiment.py has checked there are
+    N; config.learners_problem)."""
+    if num_learners == 1:
+        return [learner_device()]
+    logging.info(
+        "%d learners: towers on /gpu:0 .. /gpu:%d.", num_learners, num_learners - 1
+    )
+    return [f"/gpu:{i}" for i in range(num_learners)]
+
+
 def session_config(
     single_machine_training: bool = False, num_environments: int = 0
 ) -> tf.compat.v1.ConfigProto:

@@ -497,9 +497,7 @@ def test_clip_rewards():
 
 def learner_on(agent, batch, learner_config):
     """The learner built on a stacked batch (pipeline.stack_unrolls)."""
-    return build_learner(
-        agent, batch.agent_state, batch.env_outputs, batch.agent_outputs, learner_config
-    )
+    return build_learner(agent, [batch], learner_config)
 
 
 def collect_real_batch(num_unrolls: int = 2, max_tries: int = 40):
@@ -623,7 +621,7 @@ def pipeline_log_rhos(
         agent = agent_lib.create_agent(config.agent)
         queue = pipeline.create_queue(specs)
         learner_pipeline = pipeline.build_learner_pipeline(
-            agent, queue, specs, learner_config, "/cpu:0"
+            agent, [queue], specs, learner_config, ["/cpu:0"]
         )
         inference_fn, _ = runner.make_inference_fn(
             agent, "/cpu:0", True, envs_per_actor
@@ -633,7 +631,7 @@ def pipeline_log_rhos(
             config.environment,
             run,
             learner_config.unroll_length,
-            queue,
+            [queue],
             inference_fn,
         )
         hooks = [

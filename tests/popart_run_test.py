@@ -43,7 +43,12 @@ def statistics(prefix: str) -> dict:
     reader = tf.train.load_checkpoint(prefix)
     return {
         name: reader.get_tensor(name)
-        for name in ("popart/mean", "popart/second_moment", "agent/baseline/w")
+        for name in (
+            "popart/mean",
+            "popart/second_moment",
+            "popart/count",
+            "agent/baseline/w",
+        )
     }
 
 
@@ -86,6 +91,11 @@ def test_two_games_train_with_per_level_statistics(trained):
             tags.update(value.tag for value in event.summary.value)
     for level in LEVELS.split(","):
         assert {f"popart/{level}/mean", f"popart/{level}/scale"} <= tags, tags
+        assert {
+            f"levels/{level}/mean_abs_pg_advantage",
+            f"levels/{level}/gradient_share",
+        } <= tags, tags
+    assert saved["popart/count"].shape == (2,) and np.all(saved["popart/count"] > 0)
     # Per-level episode returns (a Pong game outlasts this short run).
     assert "atari/breakout/episode_return" in tags
 
@@ -152,7 +162,7 @@ def test_without_popart_the_graph_is_the_papers(tmp_path):
         agent = create_agent(config.agent)
         queue = pipeline.create_queue(specs)
         learner_pipeline = pipeline.build_learner_pipeline(
-            agent, queue, specs, config.learner, "/cpu:0"
+            agent, [queue], specs, config.learner, ["/cpu:0"]
         )
         names = {v.op.name for v in tf.compat.v1.global_variables()}
         assert not any(name.startswith("popart") for name in names), names
@@ -204,7 +214,9 @@ def test_a_suite_gets_one_value_and_one_statistic_per_level(
             config.environment, config.agent, config.learner.unroll_length
         )
         queue = pipeline.create_queue(specs)
-        pipeline.build_learner_pipeline(agent, queue, specs, config.learner, "/cpu:0")
+        pipeline.build_learner_pipeline(
+            agent, [queue], specs, config.learner, ["/cpu:0"]
+        )
         shapes = {v.op.name: v.shape.as_list() for v in tf.compat.v1.global_variables()}
     assert shapes["popart/mean"] == [num_levels]
     assert shapes["agent/baseline/w"][-1] == num_levels

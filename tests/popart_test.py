@@ -3,20 +3,31 @@ normalised loss and its gradients against NumPy on hand-made batches of two
 levels, the outputs preserved by every statistics update, the statistics of
 one level untouched by another's trajectories, and the paper's loss
 unchanged when the statistics are at mean 0 and scale 1 (and when --popart
-is off, bit for bit). The end-to-end runs (two Atari levels, checkpoint and
+is off, bit for bit); the statistics' warm-up (a level's n-th update steps
+by max(beta, 1/n)); one whole learner step (the optimiser's, then the
+statistics' with the rescale) against the post-gradient network; and the
+per-level summaries that show what PopArt changes. The end-to-end runs (two Atari levels, checkpoint and
 resume, test mode) are in tests/popart_run_test.py.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pytest
 import tensorflow as tf
 from loss_test import A, B, T, config, numpy_loss, run_loss
 from loss_test import batch as loss_batch
+from run_helpers import random_unrolls, small_config
 from vtrace_test import numpy_log_softmax, numpy_vtrace
 
+import agent as agent_lib
+import trajectory
+from actor.unroll import actor_output_specs
+from config import LearnerConfig
 from learner import popart
+from learner.update import build_learner
 
 L = 2  # levels in the batch
 LEVELS = ("atari/pong", "atari/seaquest")
@@ -160,10 +171,12 @@ def run_update(
     b: np.ndarray,
     beta: float,
     features: np.ndarray,
+    updates: float = 1e6,
 ) -> dict:
     """PopArt.update in a graph: the statistics and the head after one
     update, and the head's unnormalised outputs on `features` before and
-    after it."""
+    after it. `updates`: each level's updates so far (by default far past
+    the warm-up, so the step is `beta`)."""
     num_levels = len(mean)
     levels = [f"level_{i}" for i in range(num_levels)]
     with tf.Graph().as_default():
@@ -180,7 +193,13 @@ def run_update(
 
         with tf.compat.v1.Session() as session:
             session.run(tf.compat.v1.global_variables_initializer())
-            session.run([stats.mean.assign(mean), stats.second_moment.assign(second)])
+            session.run(
+                [
+                    stats.mean.assign(mean),
+                    stats.second_moment.assign(second),
+                    stats.count.assign(np.full(num_levels, updates, np.float32)),
+                ]
+            )
             before = session.run(unnormalised())
             got_ids = session.run(batch.level_ids)
             session.run(stats.update(tf.constant(vs, tf.float32), batch, w_var, b_var))
@@ -268,6 +287,41 @@ def test_a_levels_statistics_do_not_depend_on_another_levels_trajectories():
     assert first["mean"][1] != second_run["mean"][1]
 
 
+def test_a_levels_first_updates_average_its_batches_then_decay_by_beta():
+    """The warm-up: a level's n-th update steps by max(beta, 1/n), so after
+    its first k <= 1/beta updates its statistics are the plain average of
+    the k batches' moments, whatever they started from; a level absent from
+    a batch neither moves nor counts it. Past 1/beta updates the step is
+    beta (test_statistics_follow_their_levels_targets_and_no_other)."""
+    beta, targets = 0.1, [4.0, -8.0, 40.0, 10.0]
+    levels = ["level_0", "level_1"]
+    with tf.Graph().as_default():
+        stats = popart.PopArt(levels, beta)
+        w = tf.compat.v1.Variable(np.ones([3, 2]), dtype=tf.float32)
+        b = tf.compat.v1.Variable(np.zeros(2), dtype=tf.float32)
+        vs = tf.compat.v1.placeholder(tf.float32, [T, 1])
+        batch = stats.batch(tf.constant(["level_0"]))
+        update = stats.update(vs, batch, w, b)
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            means = []
+            for target in targets:
+                session.run(update, {vs: np.full([T, 1], target)})
+                means.append(session.run(stats.mean))
+            count, second = session.run((stats.count, stats.second_moment))
+    averages = np.cumsum(targets) / np.arange(1, len(targets) + 1)
+    np.testing.assert_allclose([m[0] for m in means], averages, rtol=1e-6)
+    np.testing.assert_allclose(second[0], np.mean(np.square(targets)), rtol=1e-6)
+    # Level 1 was in no batch: its statistics and count are the initial ones.
+    assert [m[1] for m in means] == [0.0] * len(targets)
+    np.testing.assert_array_equal(count, [len(targets), 0])
+    # The step sizes: 1/n while 1/n > beta, then beta.
+    np.testing.assert_allclose(
+        popart.step_sizes(np.array([0, 1, 9, 10, 1000]), beta),
+        [1.0, 0.5, 0.1, 0.1, 0.1],
+    )
+
+
 def test_scale_is_clamped():
     np.testing.assert_allclose(
         popart.scale_from_moments(np.array([3.0, 0.0]), np.array([9.0, 1e14])),
@@ -287,3 +341,133 @@ def test_a_trajectory_of_a_level_outside_the_run_fails_the_step():
 def test_beta_outside_its_range_is_refused():
     with tf.Graph().as_default(), pytest.raises(ValueError, match="beta=0"):
         popart.PopArt(LEVELS, 0.0)
+
+
+# -- one whole learner step -----------------------------------------------------
+
+
+def whole_step_values(unrolls, start=None):
+    """A PopArt learner (build_learner: the optimiser step, then the
+    statistics update and the rescale) on a fixed batch of two levels: each
+    trajectory's unnormalised values, sigma * n(x) + mu in its level's
+    column, before and after one step; the variables' initial values (from
+    `start` when given); PopArt's means after the step."""
+    agent_config = dataclasses.replace(small_config().agent, num_values=len(LEVELS))
+    config = LearnerConfig(
+        batch_size=len(unrolls),
+        unroll_length=4,
+        num_action_repeats=4,
+        total_environment_frames=10**6,
+        learning_rate=0.05,
+        reward_clipping="none",
+        popart=True,
+        popart_beta=0.3,
+        level_names=LEVELS,
+    )
+    with tf.Graph().as_default():
+        agent = agent_lib.create_agent(agent_config)
+        batch = trajectory.stack_unrolls(
+            [tf.nest.map_structure(tf.constant, u) for u in unrolls]
+        )
+        learner = build_learner(agent, [batch], config)
+        outputs, _ = agent.unroll(
+            batch.agent_outputs.action, batch.env_outputs, batch.agent_state
+        )
+        by_name = {v.op.name: v for v in tf.compat.v1.global_variables()}
+        mean = by_name["popart/mean"].read_value()
+        second = by_name["popart/second_moment"].read_value()
+        scale = popart.scale_from_moments(mean, second)
+        column = tf.one_hot(popart.level_ids(batch.level_name, LEVELS), len(LEVELS))
+        values = tf.reduce_sum((outputs.baseline * scale + mean) * column, axis=-1)
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            if start is not None:
+                for name, v in by_name.items():
+                    v.load(start[name], session)
+            initial = {name: session.run(v) for name, v in by_name.items()}
+            before = session.run(values)
+            session.run(learner.train_and_count)
+            after, moved = session.run((values, mean))
+    return before, after, initial, moved
+
+
+def test_a_whole_learner_step_preserves_the_post_gradient_networks_values(
+    monkeypatch,
+):
+    """build_learner's PopArt step on a fixed batch: after the optimiser step
+    and then the statistics update with the rescale, every unnormalised value
+    equals the post-gradient network's under the old statistics (the same
+    step from the same variables with the statistics update left out). The
+    step did move the values and the statistics, so the comparison can fail
+    (as it would with the rescale before the optimiser step, or none)."""
+    agent_config = dataclasses.replace(small_config().agent, num_values=len(LEVELS))
+    environment = dataclasses.replace(small_config().environment, level_names=LEVELS)
+    specs = actor_output_specs(environment, agent_config, 4)
+    unrolls = random_unrolls(specs, 4, agent_config.num_actions, LEVELS, seed=3)
+    for i, unroll in enumerate(unrolls):  # rewards of two scales
+        unroll.env_outputs.reward[:] *= 1.0 if i % 2 == 0 else 100.0
+    before, after, initial, moved = whole_step_values(unrolls)
+    monkeypatch.setattr(popart.PopArt, "update", lambda self, *args: tf.no_op())
+    _, expected, _, unmoved = whole_step_values(unrolls, start=initial)
+    np.testing.assert_array_equal(unmoved, initial["popart/mean"])
+    assert not np.allclose(moved, initial["popart/mean"], atol=1e-3)
+    assert not np.allclose(expected, before, rtol=1e-3)
+    np.testing.assert_allclose(after, expected, rtol=1e-4, atol=1e-3)
+
+
+def level_summary_values(unrolls, use_popart: bool, scales=None) -> dict:
+    """build_learner's per-level summaries on a fixed batch of two levels
+    without reward clipping: {tag: value} of `levels/...`; with PopArt, its
+    statistics at mean 0 and the given scales."""
+    agent_config = dataclasses.replace(
+        small_config().agent, num_values=len(LEVELS) if use_popart else 0
+    )
+    config = LearnerConfig(
+        batch_size=len(unrolls),
+        unroll_length=4,
+        num_action_repeats=4,
+        total_environment_frames=10**6,
+        reward_clipping="none",
+        popart=use_popart,
+        level_names=LEVELS,
+    )
+    with tf.Graph().as_default():
+        agent = agent_lib.create_agent(agent_config)
+        batch = trajectory.stack_unrolls(
+            [tf.nest.map_structure(tf.constant, u) for u in unrolls]
+        )
+        build_learner(agent, [batch], config)
+        summaries = tf.compat.v1.summary.merge_all()
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            if scales is not None:
+                by_name = {v.op.name: v for v in tf.compat.v1.global_variables()}
+                by_name["popart/second_moment"].load(np.square(scales), session)
+            proto = tf.compat.v1.Summary.FromString(session.run(summaries))
+    return {v.tag: v.simple_value for v in proto.value if v.tag.startswith("levels/")}
+
+
+def test_level_summaries_show_the_large_reward_level_dominate_without_popart():
+    """Rewards 100x larger on one level: without PopArt (no clipping) that
+    level takes nearly all of the gradient with respect to the network's
+    outputs and its advantages are ~100x the other's; with PopArt at scales
+    matching the rewards the shares come close to each other."""
+    agent_config = small_config().agent
+    environment = dataclasses.replace(small_config().environment, level_names=LEVELS)
+    specs = actor_output_specs(environment, agent_config, 4)
+    unrolls = random_unrolls(specs, 4, agent_config.num_actions, LEVELS, seed=5)
+    for i, unroll in enumerate(unrolls):  # level 1 (odd unrolls): 100x rewards
+        unroll.env_outputs.reward[:] *= 1.0 if i % 2 == 0 else 100.0
+    plain = level_summary_values(unrolls, use_popart=False)
+    small, large = LEVELS
+    shares = [plain[f"levels/{level}/gradient_share"] for level in LEVELS]
+    assert sum(shares) == pytest.approx(1.0, rel=1e-5)
+    assert shares[1] > 0.9, plain
+    ratio = (
+        plain[f"levels/{large}/mean_abs_pg_advantage"]
+        / plain[f"levels/{small}/mean_abs_pg_advantage"]
+    )
+    assert ratio > 20, plain
+    normalised = level_summary_values(unrolls, use_popart=True, scales=[1.0, 100.0])
+    shares = [normalised[f"levels/{level}/gradient_share"] for level in LEVELS]
+    assert 0.2 < shares[0] < 0.8, normalised

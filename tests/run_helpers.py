@@ -85,6 +85,36 @@ def small_config(logdir: str = "/tmp/agent", **learner_overrides):
     )
 
 
+def random_unrolls(specs, count: int, num_actions: int, levels, seed: int = 0) -> list:
+    """`count` batch-major unrolls (NumPy) of random data in the shapes of
+    `specs` (an ActorOutput of tf.TensorSpec); unroll i is of level
+    levels[i % len(levels)], its actions in [0, num_actions)."""
+    import numpy as np
+    import tensorflow as tf
+
+    rng = np.random.default_rng(seed)
+    unrolls = []
+    for i in range(count):
+
+        def fill(spec, i=i):
+            shape = spec.shape.as_list()
+            if spec.dtype == tf.string:  # the level name; instructions ('')
+                text = levels[i % len(levels)].encode() if not shape else b""
+                return np.full(shape, text, dtype=object)
+            if spec.dtype == tf.uint8:
+                return rng.integers(0, 256, shape, dtype=np.uint8)
+            if spec.dtype == tf.bool:
+                return rng.random(shape) < 0.1
+            if spec.dtype.is_integer:
+                return rng.integers(0, num_actions, shape).astype(
+                    spec.dtype.as_numpy_dtype
+                )
+            return (3.0 * rng.standard_normal(shape)).astype(np.float32)
+
+        unrolls.append(tf.nest.map_structure(fill, specs))
+    return unrolls
+
+
 def child_pids(pid: int) -> list[int]:
     """The direct children of pid (from /proc/<pid>/task/*/children)."""
     pids = []

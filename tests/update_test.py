@@ -45,7 +45,7 @@ def run_updates(config: LearnerConfig, steps: int = 1, after_step=None):
     with tf.Graph().as_default():
         w = tf.compat.v1.Variable(W0, name="w", use_resource=True)
         loss = tf.reduce_sum(SCALE * tf.square(w) / 2)
-        update = build_update(loss, [w], config, after_step)
+        update = build_update([loss], [w], config, after_step)
         rates, norms = [], []
         with tf.compat.v1.Session() as session:
             session.run(tf.compat.v1.global_variables_initializer())
@@ -148,7 +148,7 @@ def test_a_non_finite_loss_moves_neither_the_variables_nor_the_frame_count():
         w = tf.compat.v1.Variable(W0, name="w", use_resource=True)
         poison = tf.compat.v1.placeholder(tf.float32, [])
         loss = tf.reduce_sum(SCALE * tf.square(w) / 2) * poison
-        update = build_update(loss, [w], config)
+        update = build_update([loss], [w], config)
         with tf.compat.v1.Session() as session:
             session.run(tf.compat.v1.global_variables_initializer())
             assert session.run(update.train_and_count, {poison: 1.0}) == 40

@@ -1,0 +1,257 @@
+"""Several synchronous learners (--num_learners): one tower per learner, each
+with its own queue and batch, and one update from all of them.
+
+The towers run on N logical CPU devices of one process
+(`ConfigProto(device_count={"CPU": N})`), which is where the code takes its
+devices from (arguments): the same graph a machine with N GPUs, or N learner
+tasks, gets with other device names. On a fixed batch of random unrolls the
+towers' update equals one learner's on the towers' batches side by side, for
+the feed-forward and the LSTM agent, with and without PopArt; the control
+(one tower's batch alone) differs, so the check can fail. Through the real
+pipeline with real actors (Pong and Breakout, one actor each), actor j's
+unrolls reach only tower j mod N, and at the end every queue is closed (no
+actor stays blocked on one).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from run_helpers import random_unrolls, run_command_line, small_config
+
+import agent as agent_lib
+import py_process
+import trajectory
+from actor import runner
+from actor.unroll import actor_output_specs
+from config import LearnerConfig
+from learner import pipeline
+from learner.update import build_learner
+
+UNROLL = 5
+LEVELS = ("atari/pong", "atari/breakout")
+
+
+def session(num_cpus: int) -> tf.compat.v1.Session:
+    return tf.compat.v1.Session(
+        config=tf.compat.v1.ConfigProto(
+            device_count={"CPU": num_cpus}, allow_soft_placement=False
+        )
+    )
+
+
+def configs(use_lstm: bool, popart: bool):
+    """(AgentConfig, LearnerConfig of one learner on 4 unrolls)."""
+    config = small_config()
+    agent = dataclasses.replace(
+        config.agent, use_lstm=use_lstm, num_values=len(LEVELS) if popart else 0
+    )
+    learner = LearnerConfig(
+        batch_size=4,
+        unroll_length=UNROLL,
+        num_action_repeats=4,
+        total_environment_frames=10**6,
+        learning_rate=0.01,
+        max_grad_norm=40.0,
+        reward_clipping="none" if popart else "abs_one",
+        popart=popart,
+        # A large step, so that one update moves the statistics visibly.
+        popart_beta=0.5,
+        level_names=LEVELS,
+    )
+    return agent, learner
+
+
+def one_update(agent_config, learner_config, unrolls, num_towers, initial=None):
+    """Every global variable (agent, optimiser slots, frame count, PopArt's
+    statistics) after one update of `num_towers` towers, each on its own CPU
+    device with an equal share of `unrolls`; and the initial values (given
+    `initial`, the variables start from those)."""
+    per_tower = len(unrolls) // num_towers
+    config = dataclasses.replace(
+        learner_config, batch_size=per_tower, num_learners=num_towers
+    )
+    with tf.Graph().as_default():
+        tf.compat.v1.set_random_seed(1)
+        agent = agent_lib.create_agent(agent_config)
+        batches = [
+            trajectory.stack_unrolls(
+                [
+                    tf.nest.map_structure(tf.constant, u)
+                    for u in unrolls[k * per_tower : (k + 1) * per_tower]
+                ]
+            )
+            for k in range(num_towers)
+        ]
+        devices = [f"/cpu:{k}" for k in range(num_towers)]
+        learner = build_learner(agent, batches, config, devices)
+        variables = tf.compat.v1.global_variables()
+        with session(num_towers) as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            if initial is not None:
+                for v in variables:
+                    if v.op.name in initial:
+                        v.load(initial[v.op.name], sess)
+            start = {v.op.name: sess.run(v) for v in variables}
+            sess.run(learner.train_and_count)
+            return {v.op.name: sess.run(v) for v in variables}, start
+
+
+@pytest.mark.parametrize("use_lstm", [False, True], ids=["feed-forward", "lstm"])
+@pytest.mark.parametrize("popart", [False, True], ids=["plain", "popart"])
+def test_two_towers_update_as_one_learner_on_both_batches(use_lstm, popart):
+    agent_config, learner_config = configs(use_lstm, popart)
+    specs = actor_output_specs(small_config().environment, agent_config, UNROLL)
+    unrolls = random_unrolls(specs, 4, agent_config.num_actions, LEVELS)
+    one, start = one_update(agent_config, learner_config, unrolls, 1)
+    two, _ = one_update(agent_config, learner_config, unrolls, 2, initial=start)
+    assert one.keys() == two.keys()
+    moved = [name for name in one if not np.array_equal(one[name], start[name])]
+    # The weights, their RMSProp slots and the frame count all moved.
+    assert any("rms" in name.lower() for name in moved), moved
+    assert "global_step" in moved and len(moved) > 10, moved
+    if popart:
+        assert {"popart/mean", "popart/second_moment"} <= set(moved)
+    for name in one:
+        np.testing.assert_allclose(
+            two[name], one[name], rtol=2e-5, atol=2e-6, err_msg=name
+        )
+    assert one["global_step"] == 4 * UNROLL * 4
+
+    # The control: one tower's half of the batch alone does not update alike.
+    half, _ = one_update(agent_config, learner_config, unrolls[:2], 1, initial=start)
+    differs = [
+        name
+        for name in moved
+        if name != "global_step" and not np.allclose(half[name], one[name], rtol=1e-4)
+    ]
+    assert differs
+
+
+def test_checkpoints_do_not_depend_on_the_number_of_learners():
+    """The same variables, names and shapes, whatever N: a run resumes with
+    another --num_learners."""
+    agent_config, learner_config = configs(use_lstm=True, popart=False)
+    specs = actor_output_specs(small_config().environment, agent_config, UNROLL)
+    unrolls = random_unrolls(specs, 4, agent_config.num_actions, LEVELS)
+    one, _ = one_update(agent_config, learner_config, unrolls, 1)
+    two, _ = one_update(agent_config, learner_config, unrolls, 2)
+    assert {k: v.shape for k, v in one.items()} == {k: v.shape for k, v in two.items()}
+
+
+def test_each_actor_feeds_only_its_learners_tower_and_every_queue_closes():
+    """2 actors (Pong, then Breakout) and 2 learners through the real
+    pipeline: tower 0's batches hold only actor 0's unrolls (Pong), tower
+    1's only actor 1's (Breakout); after the session the queues are closed."""
+    config = small_config()
+    run = dataclasses.replace(config.run, num_actors=2)
+    environment = dataclasses.replace(
+        config.environment, level_name="atari/pong,atari/breakout", level_names=LEVELS
+    )
+    agent_config = dataclasses.replace(config.agent, num_actions=18)
+    learner_config = dataclasses.replace(
+        config.learner, unroll_length=UNROLL, num_learners=2, batch_size=2
+    )
+    environment = dataclasses.replace(environment, num_actions=18)
+    specs = actor_output_specs(environment, agent_config, UNROLL)
+    with tf.Graph().as_default():
+        agent = agent_lib.create_agent(agent_config)
+        queues = [pipeline.create_queue(specs, learner=i) for i in range(2)]
+        assert [q.queue_ref.op.get_attr("shared_name") for q in queues] == [
+            b"buffer",
+            b"buffer_1",
+        ]
+        learner_pipeline = pipeline.build_learner_pipeline(
+            agent, queues, specs, learner_config, ["/cpu:0", "/cpu:1"]
+        )
+        inference_fn, _ = runner.make_inference_fn(agent, "/cpu:0", True, 1)
+        actor_list = runner.build_actors(
+            agent, environment, run, UNROLL, queues, inference_fn
+        )
+        assert [a.level_name for a in actor_list] == list(LEVELS)
+        hooks = [
+            runner.ActorRunnerHook(
+                [runner.ActorRunner(a) for a in actor_list],
+                tf.group([q.close(cancel_pending_enqueues=True) for q in queues]),
+            ),
+            py_process.PyProcessHook(),
+        ]
+        fetches = (
+            learner_pipeline.batch.level_name,
+            learner_pipeline.learner.train_and_count,
+            learner_pipeline.stage_op,
+        )
+        runners = hooks[0]._runners
+        with tf.compat.v1.train.MonitoredSession(
+            hooks=hooks,
+            session_creator=tf.compat.v1.train.ChiefSessionCreator(
+                config=tf.compat.v1.ConfigProto(device_count={"CPU": 2})
+            ),
+        ) as sess:
+            sess.run(learner_pipeline.stage_op)
+            seen = []
+            for _ in range(3):
+                levels, frames, _ = sess.run(fetches)
+                seen.append([level.decode() for level in levels])
+    assert frames == 3 * 2 * 2 * UNROLL * 4
+    for levels in seen:
+        assert levels == ["atari/pong"] * 2 + ["atari/breakout"] * 2, seen
+    # Each actor was blocked on its own learner's queue (capacity 1) when the
+    # session ended: its thread ends only if the hook closed that queue too.
+    assert [r.thread.is_alive() for r in runners] == [False, False]
+
+
+# -- bad input: one line naming the flags, exit code 2, nothing written ------
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--num_learners=0"], r"^--num_learners=0: must be >= 1"),
+        (
+            ["--num_learners=3", "--num_actors=2"],
+            r"^--num_learners=3: more learners than the 2 actors that feed them "
+            r".*use --num_learners=2 or fewer",
+        ),
+        (
+            ["--num_learners=2"],
+            r"^--num_learners=2: single-machine training puts each learner on a "
+            r"GPU of its own and TensorFlow sees 0 GPU\(s\) here",
+        ),
+        (
+            ["--num_learners=2", "--job_name=learner", "--task=0"],
+            r"^--num_learners=2: a cluster trains with one learner task",
+        ),
+    ],
+    ids=["zero", "more-than-actors", "no-gpus", "cluster"],
+)
+def test_bad_num_learners_is_one_line_and_exit_2_with_nothing_written(
+    tmp_path, capsys, args, message
+):
+    if tf.config.list_physical_devices("GPU"):
+        pytest.skip("this machine has a GPU")
+    logdir = tmp_path / "run"
+    code = run_command_line(
+        "--level_name=atari/pong", f"--logdir={logdir}", "--num_actors=4", *args
+    )
+    assert code == 2
+    (line,) = [
+        line
+        for line in capsys.readouterr().err.splitlines()
+        if line.startswith("experiment.py: error:")
+    ]
+    assert re.match(message, line[len("experiment.py: error: ") :]), line
+    assert not logdir.exists()
+
+
+def test_the_progress_line_shows_each_learners_queue():
+    from learner import progress
+
+    assert progress.queue_text(np.int32(1)) == "queue 1"
+    assert progress.queue_text(np.array([1, 0], np.int32)) == "queues 1,0"
+    line = progress.progress_line(800, 10**6, 80.0, 1.0, [], np.array([0, 1]))
+    assert line.endswith("| queues 0,1"), line
