@@ -27,6 +27,8 @@ import subprocess
 import sys
 import time
 
+import numpy as np
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
@@ -98,6 +100,13 @@ def main() -> None:
     parser.add_argument("--test_episodes", type=int, default=5)
     parser.add_argument("--plot", action="store_true", help="plot and write the record")
     parser.add_argument(
+        "--references",
+        default=None,
+        help="with --plot: a JSON file {level: {random: R, best: B}}; each "
+        "arm's test returns are then also normalised between them "
+        "(normalised_scores), with their median and mean over the levels",
+    )
+    parser.add_argument(
         "extra", nargs="*", help="more experiment.py flags for training (after --)"
     )
     args = parser.parse_args()
@@ -108,10 +117,14 @@ def main() -> None:
             with open(os.path.join(args.root, f"{arm}_timing.json"), "w") as f:
                 json.dump(timing, f)
     else:
-        plot(args.root)
+        references = None
+        if args.references:
+            with open(args.references) as f:
+                references = json.load(f)
+        plot(args.root, references=references)
 
 
-def plot(root: str, window: int = 100) -> None:
+def plot(root: str, window: int = 100, references: dict | None = None) -> None:
     """Per-game training returns of each arm against frames, and the record
     (test-mode returns and human-normalised scores of each arm)."""
     import learning_curve
@@ -165,6 +178,10 @@ def plot(root: str, window: int = 100) -> None:
             ax.plot(frames, returns, label=f"{arm} ({' '.join(flags)})")
         if "--popart" in flags:
             entry["popart_statistics"] = popart_statistics(logdir, games)
+        if references is not None:
+            entry["normalised"] = normalised_scores(
+                {g: test["levels"][g]["returns"] for g in games}, references
+            )
         record["arms"][arm] = entry
     for ax, game in zip(axes, games, strict=True):
         ax.set_title(game, fontsize=10)
@@ -197,6 +214,39 @@ def popart_statistics(logdir: str, games: list[str]) -> dict:
     return {
         game: {"mean": float(m), "scale": float(s)}
         for game, m, s in zip(games, mean, scale, strict=True)
+    }
+
+
+def normalised_scores(level_returns: dict, references: dict) -> dict:
+    """Test-mode returns made comparable across levels of different reward
+    scales: each level's mean return placed between its random policy's
+    (0 %) and a reference run's (100 %, e.g. the best single-task run).
+
+    level_returns: {level: [episode returns]}; references: {level:
+    {"random": R, "best": B}} with B != R. Returns {"levels": {level:
+    {"mean_return", "standard_error" (of the mean; 0 for one episode),
+    "episodes", "normalised" (%)}}, "median", "mean"} (over the levels, %).
+    """
+    levels = {}
+    for level, returns in level_returns.items():
+        returns = np.asarray(returns, dtype=np.float64)
+        if returns.size == 0:
+            raise ValueError(f"{level}: no test episodes")
+        random, best = references[level]["random"], references[level]["best"]
+        if best == random:
+            raise ValueError(f"{level}: its random and best references are equal")
+        error = returns.std(ddof=1) / np.sqrt(returns.size) if returns.size > 1 else 0.0
+        levels[level] = {
+            "mean_return": float(returns.mean()),
+            "standard_error": float(error),
+            "episodes": int(returns.size),
+            "normalised": float(100.0 * (returns.mean() - random) / (best - random)),
+        }
+    scores = [entry["normalised"] for entry in levels.values()]
+    return {
+        "levels": levels,
+        "median": float(np.median(scores)),
+        "mean": float(np.mean(scores)),
     }
 
 

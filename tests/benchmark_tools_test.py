@@ -82,3 +82,39 @@ def test_family_bench_layouts_name_the_layout_flags_or_the_familys_defaults():
     )
     assert family_bench.parse_layout("8")["batch_size"] == 8
     assert family_bench.parse_layout("defaults") == {}
+
+
+def test_popart_comparison_normalises_each_level_between_random_and_best():
+    """Levels of rewards 100x apart, made comparable: 0 % at the random
+    policy's return, 100 % at the reference run's; the standard error is of
+    the mean over the test episodes."""
+    import numpy as np
+    import popart_comparison
+    import pytest
+
+    references = {
+        "vizdoom/defend_the_center": {"random": 0.0, "best": 10.0},
+        "vizdoom/basic": {"random": -300.0, "best": 80.0},
+        "vizdoom/health_gathering": {"random": 300.0, "best": 2100.0},
+    }
+    scores = popart_comparison.normalised_scores(
+        {
+            "vizdoom/defend_the_center": [4.0, 6.0],
+            "vizdoom/basic": [80.0, 80.0, 80.0],
+            "vizdoom/health_gathering": [300.0],
+        },
+        references,
+    )
+    levels = scores["levels"]
+    assert levels["vizdoom/defend_the_center"]["normalised"] == pytest.approx(50.0)
+    assert levels["vizdoom/basic"]["normalised"] == pytest.approx(100.0)
+    assert levels["vizdoom/health_gathering"]["normalised"] == pytest.approx(0.0)
+    assert levels["vizdoom/defend_the_center"]["standard_error"] == pytest.approx(
+        np.std([4.0, 6.0], ddof=1) / np.sqrt(2)
+    )
+    assert levels["vizdoom/basic"]["standard_error"] == 0.0
+    assert levels["vizdoom/health_gathering"]["episodes"] == 1
+    assert scores["median"] == pytest.approx(50.0)
+    assert scores["mean"] == pytest.approx(50.0)
+    with pytest.raises(ValueError, match="no test episodes"):
+        popart_comparison.normalised_scores({"vizdoom/basic": []}, references)
