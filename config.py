@@ -208,19 +208,14 @@ def learners_problem(
 ) -> str | None:
     """The flag error for --num_learners with `num_actors` actors, or None.
     `num_gpus`: the GPUs single-machine training has for the towers (one
-    each); None for a cluster task, whose learners are its learner tasks."""
+    each); None for a cluster task, whose learners are its learner tasks
+    (experiment.run_training checks their number)."""
     if num_learners > num_actors:
         return (
             f"--num_learners={num_learners}: more learners than the "
             f"{num_actors} actors that feed them (actor j feeds learner j mod "
             f"N, so learners {num_actors}..{num_learners - 1} would wait "
             f"forever); use --num_learners={num_actors} or fewer, or more actors."
-        )
-    if num_gpus is None and num_learners > 1:
-        return (
-            f"--num_learners={num_learners}: a cluster trains with one learner "
-            f"task (several learner hosts are not supported yet); use "
-            f"--num_learners=1 there, or several GPUs on one machine."
         )
     if num_gpus is not None and num_learners > 1 and num_gpus < num_learners:
         return (

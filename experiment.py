@@ -468,11 +468,12 @@ def cluster_config_from_flags(f: flags.FlagValues) -> addresses.ClusterConfig | 
     """The cluster from the address flags or TF_CONFIG; None = single machine.
 
     Raises:
-      FlagError: a malformed address, or flags that contradict TF_CONFIG.
+      FlagError: a malformed address, flags that contradict TF_CONFIG, or
+        a --num_learners that is not the number of learner tasks.
     """
     names = ("learner_host", "actor_hosts", "num_actors", "job_name", "task")
     try:
-        return addresses.resolve_cluster(
+        cluster = addresses.resolve_cluster(
             f.learner_host,
             f.actor_hosts,
             f.num_actors,
@@ -482,6 +483,9 @@ def cluster_config_from_flags(f: flags.FlagValues) -> addresses.ClusterConfig | 
         )
     except ValueError as e:
         raise FlagError(str(e)) from None
+    if cluster and (problem := cluster.learners_problem(f.num_learners)):
+        raise FlagError(problem)
+    return cluster
 
 
 # -- single-machine training -------------------------------------------------------
@@ -553,8 +557,8 @@ def run_training(
     shutdown: ShutdownRequest,
 ) -> None:
     """--mode=train: single-machine training, or this task of a cluster."""
-    if cluster_config is None or cluster_config.is_learner:
-        # Only the learner writes to --logdir: fail now, not at the first save.
+    if cluster_config is None or cluster_config.is_chief:
+        # Only the chief writes to --logdir: fail now, not at the first save.
         checkpoints.ensure_logdir(config.run.logdir)
     if cluster_config is None:
         train(config, shutdown)
@@ -564,8 +568,10 @@ def run_training(
         server = servers.start_server(cluster_config, proto)
     except addresses.PortInUseError as e:
         raise FlagError(str(e)) from None
-    task = learner_task if cluster_config.is_learner else actor_task
-    task.run(config, cluster_config, server, proto, shutdown)
+    run_task = dict(chief=learner_task.run, learner=learner_task.serve)
+    run_task.get(cluster_config.role, actor_task.run)(
+        config, cluster_config, server, proto, shutdown
+    )
 
 
 def run_mode(f: flags.FlagValues = FLAGS) -> int:

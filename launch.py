@@ -1,31 +1,35 @@
-r"""Runs a distributed IMPALA job on this machine: one learner and N actor tasks.
+r"""Runs a distributed IMPALA job on this machine: learner and actor tasks.
 
     python3 launch.py --num_actors=4 --logdir=/tmp/agent [experiment.py flags]
+    python3 launch.py --num_learners=2 --num_actors=4 --logdir=/tmp/agent
 
-starts `experiment.py --job_name=learner --task=0` and, for i < N,
-`experiment.py --job_name=actor --task=i`, each with the cluster flags
-(--learner_host, --actor_hosts, --num_actors, --logdir) and every other
-argument forwarded unchanged and in order. Each task's stdout and stderr go to
+starts `experiment.py --job_name=learner --task=k` for k < --num_learners
+(task 0 is the chief; with several, the others serve its towers) and, for
+i < --num_actors, `experiment.py --job_name=actor --task=i`, each with the
+cluster flags (--learner_host, --actor_hosts, --num_actors, --num_learners,
+--logdir) and every other argument forwarded unchanged and in order. Each task's stdout and stderr go to
 `<logdir>/logs/<job>_<task>.log` (appended to, one header line per start).
 
 Flag handling: launch.py takes its own flags (below) out of the command line
 and forwards everything else verbatim, so the program's flags need no
 declaration here. Own flags are recognised as `--name=value`, `--name value`
-and `-name=value`; --num_actors and --logdir are both used here and passed on.
+and `-name=value`; --num_actors, --num_learners and --logdir are both used
+here and passed on.
 --job_name and --task are set per task and are an error here. Put flags for
 experiment.py in --flagfile if you like: --flagfile is forwarded, but then keep
---num_actors and --logdir on launch.py's command line.
+--num_actors, --num_learners and --logdir on launch.py's command line.
 
-Addresses: the learner at localhost:PORT_BASE and actor i at
-localhost:PORT_BASE+1+i; --port_base=0 (the default) picks free ports at
+Addresses: learner task k at localhost:PORT_BASE+k and actor i at
+localhost:PORT_BASE+L+i (L learner tasks); --port_base=0 (the default) picks free ports at
 start. --learner_host / --actor_hosts override them. All tasks run here, and
 each TensorFlow server listens on all interfaces: keep the ports firewalled.
 TF_CONFIG, if set, is removed from the tasks' environment (this launcher
 defines the cluster).
 
-End: when the learner exits, the actors get --actor_exit_secs to exit by
-themselves (they should, once the learner closes the queue), then they are
-stopped; launch.py exits with the learner's exit code (128+N if a signal N
+End: when the chief (learner task 0) exits, the other tasks get
+--actor_exit_secs to exit by themselves (they should, once the chief has
+ended training), then they are stopped; launch.py exits with the chief's
+exit code (128+N if a signal N
 ended it). An actor that dies early is reported and the run goes on. Ctrl-C or
 SIGTERM stops every task: SIGTERM to each task's process group (children start
 in their own sessions, so the group includes their environment processes),
@@ -58,6 +62,12 @@ FLAGS = flags.FlagValues()
 flags.DEFINE_integer(
     "num_actors", 4, "Number of actor tasks (also forwarded).", flag_values=FLAGS
 )
+flags.DEFINE_integer(
+    "num_learners",
+    1,
+    "Number of learner tasks, one tower each (also forwarded).",
+    flag_values=FLAGS,
+)
 flags.DEFINE_string(
     "logdir",
     "/tmp/agent",
@@ -67,7 +77,8 @@ flags.DEFINE_string(
 flags.DEFINE_string(
     "learner_host",
     "",
-    "HOST:PORT of the learner; empty = localhost with a port from --port_base.",
+    "HOST:PORT of the learner task (comma-separated, one per learner task); "
+    "empty = localhost with ports from --port_base.",
     flag_values=FLAGS,
 )
 flags.DEFINE_string(
@@ -80,7 +91,8 @@ flags.DEFINE_string(
 flags.DEFINE_integer(
     "port_base",
     0,
-    "Learner port; actor i gets port_base+1+i. 0 = pick free ports.",
+    "Learner task k's port is port_base+k, actor i's port_base+L+i "
+    "(L = --num_learners). 0 = pick free ports.",
     flag_values=FLAGS,
 )
 flags.DEFINE_string(
@@ -109,6 +121,7 @@ flags.DEFINE_float(
 _OWN_FLAGS = frozenset(
     [
         "num_actors",
+        "num_learners",
         "logdir",
         "learner_host",
         "actor_hosts",
@@ -244,7 +257,7 @@ class Launcher:
 
     def _addresses(self) -> tuple[str, str]:
         learner, actors = addresses.local_cluster_hosts(
-            FLAGS.num_actors, FLAGS.port_base
+            FLAGS.num_actors, FLAGS.port_base, num_learners=FLAGS.num_learners
         )
         learner_host = FLAGS.learner_host or learner
         actor_hosts = FLAGS.actor_hosts or ",".join(actors)
@@ -252,9 +265,15 @@ class Launcher:
         config = addresses.cluster_from_flags(
             learner_host, actor_hosts, FLAGS.num_actors, "learner", 0
         )
-        for job, index, address in [("learner", 0, config.learner_host)] + [
-            ("actor", i, a) for i, a in enumerate(config.actor_hosts)
-        ]:
+        if config.num_learners != FLAGS.num_learners:
+            raise ValueError(
+                f"--learner_host lists {config.num_learners} address(es) but "
+                f"--num_learners={FLAGS.num_learners}; list one address per "
+                f"learner task"
+            )
+        for job, index, address in [
+            ("learner", k, a) for k, a in enumerate(config.learner_hosts)
+        ] + [("actor", i, a) for i, a in enumerate(config.actor_hosts)]:
             _, port = addresses.parse_host_port(address)
             if (err := addresses.port_in_use(port)) is not None:
                 flag = "--learner_host" if job == "learner" else "--actor_hosts"
@@ -263,7 +282,7 @@ class Launcher:
                     f"{err.strerror}; stop the process holding it, or pick other "
                     f"ports with --port_base=0 (free ports) or {flag}"
                 )
-        return config.learner_host, ",".join(config.actor_hosts)
+        return ",".join(config.learner_hosts), ",".join(config.actor_hosts)
 
     def _start(self, job: str, index: int, cluster_args: list[str], env) -> _Task:
         log_path = os.path.join(FLAGS.logdir, "logs", f"{job}_{index}.log")
@@ -364,21 +383,27 @@ class Launcher:
             f"--learner_host={learner_host}",
             f"--actor_hosts={actor_hosts}",
             f"--num_actors={FLAGS.num_actors}",
+            f"--num_learners={FLAGS.num_learners}",
             f"--logdir={FLAGS.logdir}",
         ]
         try:
             learner = self._start("learner", 0, cluster_args, env)
+            for k in range(1, FLAGS.num_learners):
+                self._start("learner", k, cluster_args, env)
             for i in range(FLAGS.num_actors):
                 if self._interrupted():
                     break
                 self._start("actor", i, cluster_args, env)
+            learners = "learner_0" + (
+                f"..learner_{FLAGS.num_learners - 1}" if FLAGS.num_learners > 1 else ""
+            )
             _say(
                 f"learner at {learner_host}, {FLAGS.num_actors} actor(s) at "
                 f"{actor_hosts}; program {FLAGS.program}"
             )
             _say(
                 f"logs: {os.path.join(FLAGS.logdir, 'logs')}/"
-                f"{{learner_0,actor_0..actor_{FLAGS.num_actors - 1}}}.log"
+                f"{{{learners},actor_0..actor_{FLAGS.num_actors - 1}}}.log"
             )
             while learner.process.poll() is None and not self._interrupted():
                 self._reap()
@@ -391,7 +416,7 @@ class Launcher:
             code = _exit_code(learner.process.returncode)
             if code != 0:
                 _say(f"last lines of {learner.log_path}:\n{_tail(learner.log_path)}")
-            actors = [t for t in self.tasks if t.job == "actor"]
+            actors = [t for t in self.tasks if t is not learner]
             deadline = time.monotonic() + FLAGS.actor_exit_secs
             while (
                 any(t.process.poll() is None for t in actors)
@@ -403,8 +428,8 @@ class Launcher:
             self._reap()
             if any(t.process.poll() is None for t in actors):
                 _say(
-                    f"actors still running {FLAGS.actor_exit_secs:g} s after the "
-                    f"learner ended"
+                    f"tasks still running {FLAGS.actor_exit_secs:g} s after the "
+                    f"chief learner ended"
                 )
             return code
         finally:
@@ -445,6 +470,11 @@ def _check_args(forwarded: list[str]) -> None:
         raise ValueError(
             f"--num_actors={FLAGS.num_actors}: launch at least one actor; set "
             f"--num_actors >= 1"
+        )
+    if FLAGS.num_learners < 1:
+        raise ValueError(
+            f"--num_learners={FLAGS.num_learners}: launch at least one learner; "
+            f"set --num_learners >= 1"
         )
     if not os.path.isfile(FLAGS.program):
         raise ValueError(

@@ -24,7 +24,12 @@ from actor.envs import actor_environments, actor_level_and_seeds
 from actor.supervisor import EnvironmentSupervisor
 from actor.unroll import build_vector_actor
 from cluster import addresses, servers
-from cluster.state import ClusterState, build_agent_variables, create_cluster_state
+from cluster.state import (
+    ClusterState,
+    build_agent_variables,
+    create_cluster_state,
+    learner_tasks_problem,
+)
 from config import Config
 from learner import pipeline
 from learner.progress import PROGRESS_SECS
@@ -46,7 +51,7 @@ LOCAL_AGENT_NAME = "local_agent"
 ActorTaskOps = collections.namedtuple(
     "ActorTaskOps",
     "sync_weights output state_initializer placeholders enqueue training_done "
-    "confirm_finished uninitialized",
+    "confirm_finished uninitialized learner_tasks",
 )
 
 
@@ -133,18 +138,26 @@ def build_actor_task(
         placeholders = tf.nest.map_structure(
             lambda t: tf.compat.v1.placeholder(t.dtype, t.shape), output
         )
-    with tf.device(learner):
-        queue = pipeline.create_queue(specs)
+    feeds = cluster_config.feeds_learner
+    with tf.device(addresses.learner_device(feeds)):
+        queue = pipeline.create_queue(specs, learner=feeds)
         enqueue = queue.enqueue_many(tf.nest.flatten(placeholders))
     with tf.device(f"{learner}/cpu:0"):
         # Declares the learner's variables here; the ops of this call never run.
         global_agent = agent_lib.create_agent(config.agent)
         build_agent_variables(global_agent, specs)
-        state = create_cluster_state(cluster_config.num_actors, is_learner=False)
+        state = create_cluster_state(
+            cluster_config.num_actors,
+            is_learner=False,
+            num_learners=cluster_config.num_learners,
+        )
         confirm_finished = state.finished_actors.scatter_update(
             tf.IndexedSlices(tf.constant([1]), tf.constant([task]))
         )
         training_done = state.training_done.read_value()
+        # How many learner tasks the chief runs (its finished_learners has
+        # one entry each), to refuse a cluster that disagrees with ours.
+        learner_tasks = tf.size(state.finished_learners.read_value())
     with tf.device(cluster_config.device):
         sync_weights = copy_weights_op(global_agent, local_agent)
     # The learner's variables not initialised yet. The actor connects once
@@ -162,6 +175,7 @@ def build_actor_task(
         training_done=training_done,
         confirm_finished=confirm_finished,
         uninitialized=uninitialized,
+        learner_tasks=learner_tasks,
     )
     return ops, processes
 
@@ -372,6 +386,9 @@ def _act(
     propagate.
     """
     processes = supervisor.processes
+    chief_runs = _remote_run(session, ops.learner_tasks, "asking the learner")
+    if problem := learner_tasks_problem(int(chief_runs), config):
+        raise FlagError(problem)
     unrolls, last_log, last_unrolls = 0, time.monotonic(), 0
     while not shutdown.requested:
         _remote_run(session, ops.sync_weights, "copying the learner's weights")

@@ -1,14 +1,16 @@
 """Cluster addresses for IMPALA: flags, TF_CONFIG, devices and ports
 (TensorFlow-free; the servers and sessions are servers.py).
 
-A distributed run has one learner task and N actor tasks, as TensorFlow jobs
-`learner` (one task) and `actor` (tasks 0..N-1). The queue and the global
-variables live on /job:learner/task:0; each actor runs its unroll on its own
-task and talks only to the learner.
+A distributed run has one learner task (or --num_learners of them) and N
+actor tasks, as TensorFlow jobs `learner` (tasks 0..L-1) and `actor` (tasks
+0..N-1). The global variables live on /job:learner/task:0 (the chief), each
+learner task's queue on that task; each actor runs its unroll on its own task
+and talks only to the chief and the learner task it feeds.
 
 Where the addresses come from (see `resolve_cluster`):
 
-* Flags: `--learner_host` (default `localhost:8000`) and `--actor_hosts`
+* Flags: `--learner_host` (default `localhost:8000`; several learner tasks
+  comma-separated, the chief first) and `--actor_hosts`
   (comma-separated HOST:PORT list; empty = `localhost:8001+i` for
   i < `--num_actors`), with `--job_name` (learner|actor) and `--task`.
 * The TF_CONFIG environment variable (the TensorFlow convention set by
@@ -16,9 +18,9 @@ Where the addresses come from (see `resolve_cluster`):
   `{"cluster": {"learner": ["h0:8000"], "actor": ["h1:8001", "h2:8001"]},
   "task": {"type": "actor", "index": 1}}`. Two spellings of the job names are
   accepted, never mixed: `learner`/`actor`, or TFJob's `chief`/`worker`
-  (chief = the learner, worker i = actor i). Any other job (`ps`,
-  `evaluator`, `master`, ...) is an error, as is a learner list that does not
-  have exactly one address. Other top-level keys (`environment`, ...) are
+  (chief = the learner, worker i = actor i; a TFJob chief is one task, so
+  several learner tasks need the learner/actor names). Any other job (`ps`,
+  `evaluator`, `master`, ...) is an error, as is an empty learner list. Other top-level keys (`environment`, ...) are
   ignored. `"task"` may be left out when `--job_name`/`--task` give it.
 
 Precedence (`resolve_cluster`): without TF_CONFIG, `--task=-1` is
@@ -109,20 +111,59 @@ class ClusterConfig(NamedTuple):
     job_name: str
     task: int
     source: str = _SOURCE_COMMAND_LINE
+    # Learner tasks 1..N-1 (--num_learners=N); task 0 is `learner_host`, the
+    # chief, which holds the variables.
+    more_learner_hosts: tuple[str, ...] = ()
 
     @property
     def num_actors(self) -> int:
         return len(self.actor_hosts)
 
     @property
+    def learner_hosts(self) -> tuple[str, ...]:
+        """Every learner task's HOST:PORT, task i at index i."""
+        return (self.learner_host, *self.more_learner_hosts)
+
+    @property
+    def num_learners(self) -> int:
+        return 1 + len(self.more_learner_hosts)
+
+    @property
+    def is_chief(self) -> bool:
+        return self.is_learner and self.task == 0
+
+    @property
+    def feeds_learner(self) -> int:
+        """The learner task whose queue this actor task feeds (actor j:
+        learner j mod N, as on one machine)."""
+        return self.task % self.num_learners
+
+    @property
     def is_learner(self) -> bool:
         return self.job_name == LEARNER_JOB
+
+    @property
+    def role(self) -> str:
+        """'chief' (learner task 0), 'learner' (another learner task, which
+        serves the chief's tower) or 'actor'."""
+        return "chief" if self.is_chief else self.job_name
+
+    def learners_problem(self, num_learners: int) -> str | None:
+        """The flag error when --num_learners differs from the number of
+        learner tasks this cluster lists, or None."""
+        if num_learners == self.num_learners:
+            return None
+        return (
+            f"--num_learners={num_learners}: the cluster lists "
+            f"{self.num_learners} learner task(s); start every task with "
+            f"--num_learners={self.num_learners}."
+        )
 
     @property
     def address(self) -> str:
         """This task's own HOST:PORT."""
         if self.is_learner:
-            return self.learner_host
+            return self.learner_hosts[self.task]
         return self.actor_hosts[self.task]
 
     @property
@@ -131,9 +172,10 @@ class ClusterConfig(NamedTuple):
         return f"/job:{self.job_name}/task:{self.task}"
 
 
-def learner_device() -> str:
-    """The device that holds the queue and the global variables."""
-    return f"/job:{LEARNER_JOB}/task:0"
+def learner_device(task: int = 0) -> str:
+    """A learner task's device; task 0's holds the global variables (and, as
+    every learner task's, its own queue)."""
+    return f"/job:{LEARNER_JOB}/task:{task}"
 
 
 def actor_device(task: int) -> str:
@@ -306,9 +348,9 @@ def validate(config: ClusterConfig) -> ClusterConfig:
             f"at least one actor address (or set --num_actors >= 1)"
         )
     seen: dict[tuple[str, int], str] = {}
-    entries = [(LEARNER_JOB, 0, config.learner_host)] + [
-        (ACTOR_JOB, i, host) for i, host in enumerate(config.actor_hosts)
-    ]
+    entries = [
+        (LEARNER_JOB, i, host) for i, host in enumerate(config.learner_hosts)
+    ] + [(ACTOR_JOB, i, host) for i, host in enumerate(config.actor_hosts)]
     for job, task, value in entries:
         setting = describe_setting(src, job, task if from_tf_config(src) else None)
         host, port = parse_host_port(value, setting)
@@ -329,10 +371,15 @@ def validate(config: ClusterConfig) -> ClusterConfig:
         raise ValueError(
             f"{task_setting}={config.task!r} is not an integer; use a task index"
         )
-    if config.job_name == LEARNER_JOB and config.task != 0:
+    if config.job_name == LEARNER_JOB and not 0 <= config.task < config.num_learners:
         raise ValueError(
             f"{task_setting}={config.task} is out of range for the learner: "
-            f"there is one learner task, use {task_setting}=0"
+            + (
+                f"there is one learner task, use {task_setting}=0"
+                if config.num_learners == 1
+                else f"the cluster has {config.num_learners} learner addresses, "
+                f"so use {task_setting}=0..{config.num_learners - 1}"
+            )
         )
     if config.job_name == ACTOR_JOB and not 0 <= config.task < config.num_actors:
         raise ValueError(
@@ -356,10 +403,13 @@ def cluster_from_flags(
 ) -> ClusterConfig:
     """The cluster described by --learner_host, --actor_hosts and --num_actors.
 
-    An empty `actor_hosts` means localhost:8001+i for i < num_actors. When
-    `actor_hosts` is given, `num_actors` must equal its length (one actor task
-    per address), so that every task agrees on the number of actors.
+    `learner_host` is one HOST:PORT, or several comma-separated (learner
+    task i at position i; task 0 is the chief). An empty `actor_hosts` means
+    localhost:8001+i for i < num_actors. When `actor_hosts` is given,
+    `num_actors` must equal its length (one actor task per address), so that
+    every task agrees on the number of actors.
     """
+    learners = parse_actor_hosts(learner_host, "--learner_host") or (learner_host,)
     hosts = parse_actor_hosts(actor_hosts)
     if hosts:
         if num_actors != len(hosts):
@@ -376,12 +426,19 @@ def cluster_from_flags(
             )
         hosts = default_actor_hosts(num_actors)
     return validate(
-        ClusterConfig(learner_host.strip(), hosts, job_name, task, _SOURCE_COMMAND_LINE)
+        ClusterConfig(
+            learners[0].strip(),
+            hosts,
+            job_name,
+            task,
+            _SOURCE_COMMAND_LINE,
+            tuple(learners[1:]),
+        )
     )
 
 
 class _TfConfig(NamedTuple):
-    learner_host: str
+    learner_hosts: tuple[str, ...]
     actor_hosts: tuple[str, ...]
     job_name: str | None  # None when TF_CONFIG has no "task"
     task: int | None
@@ -427,10 +484,16 @@ def _parse_tf_config(env_value: str) -> _TfConfig:
             )
         lists[ours] = entries
     learners = lists[LEARNER_JOB]
-    if len(learners) != 1:
+    if not learners:
         raise ValueError(
-            f"TF_CONFIG cluster.{to_theirs[LEARNER_JOB]} lists "
-            f"{len(learners)} addresses; give exactly one learner address"
+            f"TF_CONFIG cluster.{to_theirs[LEARNER_JOB]} is empty; list the "
+            f"learner's address (one per learner task)"
+        )
+    if len(learners) != 1 and to_theirs[LEARNER_JOB] == "chief":
+        raise ValueError(
+            f"TF_CONFIG cluster.chief lists {len(learners)} addresses; a TFJob "
+            f"chief is one task, so name the jobs learner and actor to list "
+            f"several learner tasks"
         )
     if not lists[ACTOR_JOB]:
         raise ValueError(
@@ -458,7 +521,7 @@ def _parse_tf_config(env_value: str) -> _TfConfig:
             )
         job_name, task = to_ours[spec["type"]], index
     return _TfConfig(
-        learners[0].strip(),
+        tuple(h.strip() for h in learners),
         tuple(h.strip() for h in lists[ACTOR_JOB]),
         job_name,
         task,
@@ -517,10 +580,14 @@ def resolve_cluster(
         return cluster_from_flags(learner_host, actor_hosts, num_actors, job_name, task)
 
     parsed = _parse_tf_config(tf_config)
-    if "learner_host" in explicit and learner_host.strip() != parsed.learner_host:
+    if (
+        "learner_host" in explicit
+        and parse_actor_hosts(learner_host, "--learner_host") != parsed.learner_hosts
+    ):
         raise ValueError(
             f"--learner_host={learner_host!r} contradicts TF_CONFIG's learner "
-            f"{parsed.learner_host!r}; drop --learner_host or unset TF_CONFIG"
+            f"{','.join(parsed.learner_hosts)!r}; drop --learner_host or unset "
+            f"TF_CONFIG"
         )
     if (
         "actor_hosts" in explicit
@@ -555,7 +622,12 @@ def resolve_cluster(
             )
         job, index, task_source = parsed.job_name, parsed.task, parsed.source
     config = ClusterConfig(
-        parsed.learner_host, parsed.actor_hosts, job, index, parsed.source
+        parsed.learner_hosts[0],
+        parsed.actor_hosts,
+        job,
+        index,
+        parsed.source,
+        parsed.learner_hosts[1:],
     )
     # The addresses come from TF_CONFIG, job and task maybe from flags: name
     # TF_CONFIG in address errors and the flags in job/task errors.
@@ -567,13 +639,23 @@ def resolve_cluster(
 def device_filters(config: ClusterConfig) -> list[str]:
     """Devices a task's sessions may see.
 
-    The learner needs only itself (actors connect to it, never the reverse),
-    so it neither waits for nor depends on actors. An actor needs the learner
-    (queue, variables) and itself, never the other actors.
+    The chief (learner task 0) needs the learner tasks, whose towers and
+    queues its graph uses (actors connect to it, never the reverse), so it
+    neither waits for nor depends on actors. Another learner task needs the
+    chief and itself. An actor needs the chief (the variables), the learner
+    task whose queue it feeds and itself, never the other actors.
     """
+    learners = [learner_device(i) for i in range(config.num_learners)]
+    if config.is_chief:
+        return learners
     if config.is_learner:
-        return [learner_device()]
-    return [learner_device(), actor_device(config.task)]
+        return [learner_device(), learner_device(config.task)]
+    feeds = config.feeds_learner
+    return [
+        learner_device(),
+        *([learner_device(feeds)] if feeds else []),
+        actor_device(config.task),
+    ]
 
 
 def port_in_use(port: int) -> OSError | None:
@@ -689,22 +771,24 @@ def pick_free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
 
 
 def local_cluster_hosts(
-    num_actors: int, port_base: int = 0, host: str = "localhost"
+    num_actors: int, port_base: int = 0, host: str = "localhost", num_learners: int = 1
 ) -> tuple[str, tuple[str, ...]]:
-    """(learner_host, actor_hosts) for a cluster on this machine.
+    """(learner_host, actor_hosts) for a cluster on this machine;
+    learner_host lists the `num_learners` learner tasks, comma-separated.
 
-    port_base > 0: learner on port_base, actor i on port_base + 1 + i.
-    port_base == 0: free ports picked now.
+    port_base > 0: learner task k on port_base + k, actor i on
+    port_base + num_learners + i. port_base == 0: free ports picked now.
     """
-    if port_base < 0 or (port_base and port_base + num_actors > 65535):
+    count = num_learners + num_actors
+    if port_base < 0 or (port_base and port_base + count - 1 > 65535):
         raise ValueError(
-            f"--port_base={port_base} leaves no room for the learner and "
-            f"{num_actors} actors below 65536; use 0 (free ports) or a port "
-            f"from 1 to {65535 - num_actors}"
+            f"--port_base={port_base} leaves no room for {num_learners} "
+            f"learner(s) and {num_actors} actors below 65536; use 0 (free "
+            f"ports) or a port from 1 to {65536 - count}"
         )
     if port_base:
-        ports: Sequence[int] = range(port_base, port_base + num_actors + 1)
+        ports: Sequence[int] = range(port_base, port_base + count)
     else:
-        ports = pick_free_ports(num_actors + 1)
+        ports = pick_free_ports(count)
     hosts = [f"{host}:{p}" for p in ports]
-    return hosts[0], tuple(hosts[1:])
+    return ",".join(hosts[:num_learners]), tuple(hosts[num_learners:])

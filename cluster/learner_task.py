@@ -6,9 +6,12 @@ single-machine training (learner/loop.py's `train_learner`); what differs is
 where things live and how the tasks find each other and end (state.py).
 
 Layout (`--job_name`, `--task`, addresses from addresses.resolve_cluster):
-  /job:learner/task:0  the queue, the global variables (on its CPU), the
-                       training step; the only task that writes to --logdir.
-  /job:actor/task:i    actor_task.py.
+  /job:learner/task:0  the chief: its queue, the global variables (on its
+                       CPU), the training step; the only task that writes
+                       to --logdir.
+  /job:learner/task:k  with --num_learners=N > 1, k = 1..N-1: learner k's
+                       queue and tower, run by the chief's step (serve()).
+  /job:actor/task:i    actor_task.py; feeds learner i mod N.
 """
 
 from __future__ import annotations
@@ -17,25 +20,26 @@ import collections
 import threading
 import time
 
-import numpy as np
 import tensorflow as tf
 from absl import logging
 
 import agent as agent_lib
 from actor.unroll import actor_output_specs
 from cluster import addresses
-from cluster.state import create_cluster_state
+from cluster.state import create_cluster_state, learner_tasks_problem
 from config import Config
 from learner import loop, pipeline, progress
 from runtime import sessions
+from runtime.errors import FlagError, first_line
 from runtime.shutdown import ShutdownRequest
 
-# At the end of training, how long the learner waits for the live actors to
-# see the closed queue before it exits anyway.
-ACTOR_FINISH_WAIT_SECS = 30
+# At the end of training, how long the chief waits for the live actor tasks
+# (and the other learner tasks) to see the end before it exits anyway.
+TASK_FINISH_WAIT_SECS = 30
 
 LearnerTaskOps = collections.namedtuple(
-    "LearnerTaskOps", "pipeline end_training close_queue finished_actors"
+    "LearnerTaskOps",
+    "pipeline end_training close_queue finished_actors finished_learners",
 )
 
 
@@ -48,30 +52,106 @@ def build_learner_task(
     its GPU when it has one) and every variable, pinned to its CPU.
     """
     task_device = addresses.learner_device()
+    num_learners = cluster_config.num_learners
     with tf.device(task_device), sessions.variables_on(f"{task_device}/cpu:0"):
         agent = agent_lib.create_agent(config.agent)
-        queue = pipeline.create_queue(specs)
+        queues = []
+        for i in range(num_learners):
+            with tf.device(addresses.learner_device(i)):
+                queues.append(pipeline.create_queue(specs, learner=i))
+        # One learner: its GPU when it has one, as before. Several: tower i
+        # on learner task i (its GPU, if any, by the placer's default).
+        devices = (
+            [sessions.learner_device()]
+            if num_learners == 1
+            else [addresses.learner_device(i) for i in range(num_learners)]
+        )
         learner_pipeline = pipeline.build_learner_pipeline(
-            agent,
-            [queue],
-            specs,
-            config.learner,
-            [sessions.learner_device()],
+            agent, queues, specs, config.learner, devices
         )
-        # The learner's local init creates the queue (with its shapes) before
-        # setting `training_done`, which actors wait for: so an actor with
-        # other shapes gets an error, instead of creating the queue first.
+        # The learner's local init creates the queues (with their shapes)
+        # before setting `training_done`, which actors wait for: so an actor
+        # with other shapes gets an error, instead of creating a queue first.
         state = create_cluster_state(
-            cluster_config.num_actors, is_learner=True, after=[queue.size()]
+            cluster_config.num_actors,
+            is_learner=True,
+            after=[q.size() for q in queues],
+            num_learners=num_learners,
         )
+
+        def close_queues():
+            return tf.group([q.close(cancel_pending_enqueues=True) for q in queues])
+
         with tf.control_dependencies([state.training_done.assign(True)]):
-            end_training = queue.close(cancel_pending_enqueues=True)
+            end_training = close_queues()
         return LearnerTaskOps(
             pipeline=learner_pipeline,
             end_training=end_training,
-            close_queue=queue.close(cancel_pending_enqueues=True),
+            close_queue=close_queues(),
             finished_actors=state.finished_actors.read_value(),
+            finished_learners=state.finished_learners.read_value(),
         )
+
+
+def serve(
+    config: Config,
+    cluster_config: addresses.ClusterConfig,
+    server,
+    proto: tf.compat.v1.ConfigProto,
+    shutdown: ShutdownRequest,
+) -> None:
+    """A learner task other than the chief: its server holds learner k's
+    queue and runs its tower, both driven by the chief's graph; this process
+    only waits for the end of training (the chief's `training_done`), through
+    restarts of the chief, confirms it (its entry of `finished_learners`, which
+    the chief waits for before it exits) and returns; or stops on a signal."""
+    task = cluster_config.task
+    logging.info(
+        "Learner task %d at %s: serving tower %d for the chief at %s.",
+        task,
+        cluster_config.address,
+        task,
+        cluster_config.learner_host,
+    )
+    with tf.Graph().as_default():
+        with tf.device(f"{addresses.learner_device()}/cpu:0"):
+            state = create_cluster_state(
+                cluster_config.num_actors,
+                is_learner=False,
+                num_learners=cluster_config.num_learners,
+            )
+            training_done = state.training_done.read_value()
+            confirm_finished = state.finished_learners.scatter_update(
+                tf.IndexedSlices(tf.constant([1]), tf.constant([task]))
+            )
+            chief_runs = tf.size(state.finished_learners.read_value())
+        while not shutdown.requested:
+            try:
+                with tf.compat.v1.Session(server.target, config=proto) as session:
+                    problem = learner_tasks_problem(
+                        int(session.run(chief_runs)), cluster_config
+                    )
+                    if problem:
+                        raise FlagError(problem)
+                    if session.run(training_done):
+                        session.run(confirm_finished)
+                        break
+            except (tf.errors.FailedPreconditionError, tf.errors.UnavailableError):
+                pass  # The chief is not up yet, or restarting.
+            except tf.errors.OpError as e:
+                logging.debug("Learner task %d: %s", task, first_line(e))
+            shutdown.wait(1.0)
+        else:
+            logging.info("Learner task %d: stopped by a signal.", task)
+            return
+    # The chief's session still runs ops here while it closes (its tower's
+    # staging and dequeue threads); leaving first would hang its close on a
+    # peer that is gone. So this task outlives the chief.
+    logging.info("Learner task %d: training done; exiting once the chief has.", task)
+    while addresses.reachable(cluster_config.learner_host):
+        if shutdown.wait(0.5):
+            break
+    logging.info("Learner task %d: the chief has exited; exiting.", task)
 
 
 def run(
@@ -124,8 +204,18 @@ def run(
         # the variables on it) lives on until this process exits.
         if result.finished:
             with tf.compat.v1.Session(server.target, config=proto) as plain_session:
-                wait_for_actors_to_finish(
-                    plain_session, ops.finished_actors, cluster_config
+                wait_for_tasks_to_finish(
+                    plain_session,
+                    ops.finished_actors,
+                    cluster_config.actor_hosts,
+                    "actor",
+                )
+                # Learner task 0 (the chief) never confirms: not waited for.
+                wait_for_tasks_to_finish(
+                    plain_session,
+                    ops.finished_learners,
+                    ("", *cluster_config.learner_hosts[1:]),
+                    "learner",
                 )
     if not result.finished:
         if shutdown.requested:
@@ -175,39 +265,43 @@ class CloseQueueOnShutdownHook(tf.compat.v1.train.SessionRunHook):
         self._ended.set()
 
 
-def wait_for_actors_to_finish(
+def wait_for_tasks_to_finish(
     session,
-    finished_actors: tf.Tensor,
-    config: addresses.ClusterConfig,
-    timeout_secs: float = ACTOR_FINISH_WAIT_SECS,
+    confirmed: tf.Tensor,
+    hosts,
+    kind: str,
+    timeout_secs: float = TASK_FINISH_WAIT_SECS,
 ) -> list[int]:
-    """Waits until every actor saw the end or is gone; returns those that did not.
+    """Waits until every task of `hosts` (the actor tasks, or the learner
+    tasks other than the chief, whose entry is "") saw the end or is gone;
+    returns those that did not.
 
-    An actor is gone when nothing listens on its address any more (killed,
-    crashed). One that is still running gets `timeout_secs` to finish its
-    unroll, find the queue closed and confirm; without this wait it could find
-    no learner instead and wait for one forever.
+    A task is gone when nothing listens on its address any more (killed,
+    crashed). One that is still running gets `timeout_secs` to finish (an
+    actor its unroll), find the end and confirm; without this wait an actor
+    could find no learner instead and wait for one forever, and a learner
+    task serving a tower would too.
     """
     deadline = time.monotonic() + timeout_secs
+    expected = [i for i, host in enumerate(hosts) if host]
     while True:
-        confirmed = session.run(finished_actors)
-        waiting = [
-            i
-            for i, host in enumerate(config.actor_hosts)
-            if not confirmed[i] and addresses.reachable(host)
-        ]
+        done = session.run(confirmed)
+        waiting = [i for i in expected if not done[i] and addresses.reachable(hosts[i])]
         if not waiting:
-            logging.info(
-                "%d of %d actor task(s) confirmed the end of training; the "
-                "others are not running.",
-                int(np.count_nonzero(confirmed)),
-                config.num_actors,
-            )
+            if expected:
+                logging.info(
+                    "%d of %d %s task(s) confirmed the end of training; the "
+                    "others are not running.",
+                    sum(int(done[i] != 0) for i in expected),
+                    len(expected),
+                    kind,
+                )
             return []
         if time.monotonic() >= deadline:
             logging.warning(
-                "Actor task(s) %s still running but did not confirm the end of "
+                "%s task(s) %s still running but did not confirm the end of "
                 "training within %d s; exiting anyway.",
+                kind.capitalize(),
                 ", ".join(map(str, waiting)),
                 timeout_secs,
             )

@@ -34,7 +34,7 @@ def cluster_spec(config: ClusterConfig):
     import tensorflow as tf
 
     return tf.train.ClusterSpec(
-        {LEARNER_JOB: [config.learner_host], ACTOR_JOB: list(config.actor_hosts)}
+        {LEARNER_JOB: list(config.learner_hosts), ACTOR_JOB: list(config.actor_hosts)}
     )
 
 

@@ -3,8 +3,10 @@ on the learner, the agent's variables made from the trajectory's specs, and
 how a task's process ends.
 
 End of training: the learner sets `training_done`, closes the queue, saves
-its checkpoint and waits (at most learner_task.ACTOR_FINISH_WAIT_SECS) until
-every actor that is still running has set its entry of `finished_actors`. An
+its checkpoint and waits (at most learner_task.TASK_FINISH_WAIT_SECS) until
+every actor that is still running has set its entry of `finished_actors`,
+and every other learner task that is still running (--num_learners > 1:
+they serve the chief's towers) its entry of `finished_learners`. An
 actor whose enqueue fails because the queue is closed reads `training_done`:
 true means 'learner finished', and the actor exits 0. A learner that dies or
 is killed never closes the queue, and one stopped by a signal closes it
@@ -23,18 +25,27 @@ import tensorflow as tf
 from absl import logging
 
 import agent as agent_lib
+from cluster.addresses import ClusterConfig
 
-ClusterState = collections.namedtuple("ClusterState", "training_done finished_actors")
+ClusterState = collections.namedtuple(
+    "ClusterState", "training_done finished_actors finished_learners"
+)
 
 
 def create_cluster_state(
-    num_actors: int, is_learner: bool, after: list | None = None
+    num_actors: int,
+    is_learner: bool,
+    after: list | None = None,
+    num_learners: int = 1,
 ) -> ClusterState:
     """The learner-side variables of the end-of-training protocol.
 
     training_done: bool [], set by the learner just before it closes the queue.
     finished_actors: int32 [num_actors]; actor i sets entry i to 1 once it has
       seen the end.
+    finished_learners: int32 [num_learners]; learner task k > 0 (the ones
+      that serve the chief's towers) sets entry k to 1 once it has seen the
+      end; entry 0 (the chief's) stays 0.
     Create them under the learner's device, with the same names in every
     task's graph. In the learner's graph they are local variables (set up at
     every start, never checkpointed); in an actor's graph they are in no
@@ -57,6 +68,22 @@ def create_cluster_state(
     return ClusterState(
         training_done=variable(done_initial_value, "training_done"),
         finished_actors=variable(tf.zeros([num_actors], tf.int32), "finished_actors"),
+        finished_learners=variable(
+            tf.zeros([num_learners], tf.int32), "finished_learners"
+        ),
+    )
+
+
+def learner_tasks_problem(chief_runs: int, config: ClusterConfig) -> str | None:
+    """The flag error when the chief runs another number of learner tasks
+    than this task's --learner_host lists (its unrolls would go to a queue
+    no tower reads, or its tower would never run), or None."""
+    if chief_runs == config.num_learners:
+        return None
+    return (
+        f"--learner_host lists {config.num_learners} learner task(s) but the "
+        f"chief at {config.learner_host} runs {chief_runs}; start every task "
+        f"with the chief's --learner_host list and --num_learners={chief_runs}."
     )
 
 

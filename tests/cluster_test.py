@@ -198,10 +198,23 @@ def test_tf_config_chief_worker_names():
         ),
         (
             _tf_config(
-                {"learner": ["l:1", "l:2"], "actor": ["a:2"]},
-                {"type": "actor", "index": 0},
+                {"chief": ["l:1", "l:2"], "worker": ["a:2"]},
+                {"type": "worker", "index": 0},
             ),
-            "cluster.learner lists 2 addresses",
+            "cluster.chief lists 2 addresses; a TFJob chief is one task",
+        ),
+        (
+            _tf_config(
+                {"learner": [], "actor": ["a:2"]}, {"type": "actor", "index": 0}
+            ),
+            "cluster.learner is empty",
+        ),
+        (
+            _tf_config(
+                {"learner": ["l:1", "l:2"], "actor": ["a:2"]},
+                {"type": "learner", "index": 2},
+            ),
+            "the cluster has 2 learner addresses, so use TF_CONFIG task.index=0..1",
         ),
         (
             _tf_config(
@@ -332,6 +345,72 @@ def test_resolve_tf_config_without_task_uses_flags():
 
 # ---------------------------------------------------------------------------
 # TensorFlow objects (in this process: no server is started here).
+
+
+def test_several_learner_tasks_from_flags_and_tf_config():
+    """--learner_host lists the learner tasks (the chief first): each has its
+    address; actor j feeds learner j mod N; each task's sessions see only
+    the tasks they need."""
+    actors = "a0:8001,a1:8002,a2:8003"
+    chief = addresses.cluster_from_flags("l0:8000, l1:8000", actors, 3, "learner", 0)
+    assert chief.learner_hosts == ("l0:8000", "l1:8000") and chief.num_learners == 2
+    assert chief.is_chief and chief.address == "l0:8000"
+    second = chief._replace(task=1)
+    assert not second.is_chief and second.address == "l1:8000"
+    assert servers.cluster_spec(chief).as_dict() == {
+        "learner": ["l0:8000", "l1:8000"],
+        "actor": ["a0:8001", "a1:8002", "a2:8003"],
+    }
+    assert addresses.device_filters(chief) == [
+        "/job:learner/task:0",
+        "/job:learner/task:1",
+    ]
+    assert addresses.device_filters(second) == [
+        "/job:learner/task:0",
+        "/job:learner/task:1",
+    ]
+    actor = lambda j: chief._replace(job_name="actor", task=j)  # noqa: E731
+    assert [actor(j).feeds_learner for j in range(3)] == [0, 1, 0]
+    assert addresses.device_filters(actor(0)) == [
+        "/job:learner/task:0",
+        "/job:actor/task:0",
+    ]
+    assert addresses.device_filters(actor(1)) == [
+        "/job:learner/task:0",
+        "/job:learner/task:1",
+        "/job:actor/task:1",
+    ]
+    tf_config = _tf_config(
+        {"learner": ["l0:8000", "l1:8000"], "actor": actors.split(",")},
+        {"type": "learner", "index": 1},
+    )
+    config = from_tf_config(tf_config)
+    assert config.learner_hosts == ("l0:8000", "l1:8000") and config.task == 1
+    # One learner: the layout and filters of a single-learner cluster.
+    single = addresses.cluster_from_flags("l0:8000", actors, 3, "learner", 0)
+    assert single.num_learners == 1 and single.more_learner_hosts == ()
+    assert addresses.device_filters(single) == ["/job:learner/task:0"]
+
+
+@pytest.mark.parametrize(
+    "learner, task, expected",
+    [
+        (
+            "l0:1,l1:1",
+            2,
+            "--task=2 is out of range for the learner: the cluster "
+            "has 2 learner addresses, so use --task=0..1",
+        ),
+        ("l0:1,l0:1", 0, "learner task 1 ('l0:1') duplicates learner task 0"),
+        ("l0:1,,l1:1", 0, "--learner_host: empty address at position 1"),
+        ("l0:1,a0:2", 0, "duplicates learner task 1"),
+    ],
+)
+def test_several_learner_tasks_errors(learner, task, expected):
+    with pytest.raises(ValueError) as info:
+        addresses.cluster_from_flags(learner, "a0:2", 1, "learner", task)
+    assert expected in str(info.value)
+    assert "\n" not in str(info.value)
 
 
 def test_cluster_spec_and_device_filters():
@@ -626,7 +705,7 @@ _FAKE_PROGRAM = textwrap.dedent("""
     os.rename(os.path.join(logdir, 'pids', name + '.tmp'),
               os.path.join(logdir, 'pids', name))
     done = os.path.join(logdir, 'learner_done')
-    if args['job_name'] == 'learner' and 'fake_exit_code' in args:
+    if name == 'learner_0' and 'fake_exit_code' in args:
         deadline = time.time() + 30
         while (len(os.listdir(os.path.join(logdir, 'pids'))) <= int(args['num_actors'])
                and time.time() < deadline):
@@ -635,8 +714,8 @@ _FAKE_PROGRAM = textwrap.dedent("""
         print('learner exiting', flush=True)
         sys.exit(int(args['fake_exit_code']))
     while True:
-        if args['job_name'] == 'actor' and os.path.exists(done) and not stubborn:
-            print('actor exiting by itself', flush=True)
+        if name != 'learner_0' and os.path.exists(done) and not stubborn:
+            print(args['job_name'] + ' exiting by itself', flush=True)
             sys.exit(0)  # Leaves its grandchild behind, on purpose.
         time.sleep(0.05)
 """)
@@ -737,13 +816,78 @@ def test_launch_logs_forwarding_and_exit_code(tmp_path):
         assert argv.startswith(
             f"ARGV --job_name={job} --task={task} --learner_host=localhost:"
         )
-        assert f"--num_actors=2 --logdir={logdir}" in argv
+        assert f"--num_actors=2 --num_learners=1 --logdir={logdir}" in argv
         assert argv.endswith(
             "--fake_exit_code=3 --fake_stubborn=actor_1 --other_flag value"
         )
         assert "--actor_exit_secs" not in argv and "--program" not in argv
     assert "actor exiting by itself" in logs["actor_0.log"]
     assert "learner exiting" in logs["learner_0.log"]
+
+
+@pytest.mark.slow
+def test_launch_starts_every_learner_task_with_its_address(tmp_path):
+    """--num_learners=2: learner tasks 0 and 1 on port_base and port_base+1,
+    the actors after them; every task gets both learner addresses and
+    --num_learners; the other tasks exit by themselves once the chief has,
+    and launch.py exits with the chief's code."""
+    port_base = addresses.pick_free_ports(1)[0]
+    while any(addresses.port_in_use(port_base + i) for i in range(4)):
+        port_base = addresses.pick_free_ports(1)[0]
+    process, logdir = _launch(
+        tmp_path,
+        "--num_learners=2",
+        "--num_actors=2",
+        f"--port_base={port_base}",
+        "--actor_exit_secs=20",
+        "--kill_grace_secs=1",
+        "--fake_exit_code=0",
+    )
+    try:
+        assert process.wait(timeout=60) == 0, (tmp_path / "launch.out").read_text()
+    finally:
+        if process.poll() is None:
+            process.kill()
+    _kill_all(_pids(logdir))
+    launch_out = (tmp_path / "launch.out").read_text()
+    for name in ("learner_1", "actor_0", "actor_1"):
+        assert f"{name} exited with code 0" in launch_out, launch_out
+    assert "still running" not in launch_out, launch_out
+    logs = {p.name: p.read_text() for p in (logdir / "logs").iterdir()}
+    assert sorted(logs) == [
+        "actor_0.log",
+        "actor_1.log",
+        "learner_0.log",
+        "learner_1.log",
+    ]
+    learners = f"localhost:{port_base},localhost:{port_base + 1}"
+    actors = f"localhost:{port_base + 2},localhost:{port_base + 3}"
+    for name, text in logs.items():
+        job, task = name[:-4].split("_")
+        argv = next(line for line in text.splitlines() if line.startswith("ARGV "))
+        assert argv.startswith(
+            f"ARGV --job_name={job} --task={task} --learner_host={learners} "
+            f"--actor_hosts={actors} --num_actors=2 --num_learners=2 "
+        ), argv
+    assert "learner exiting by itself" in logs["learner_1.log"]
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--num_learners=0"], "--num_learners=0: launch at least one learner"),
+        (
+            ["--num_learners=2", "--learner_host=localhost:1"],
+            "--learner_host lists 1 address(es) but --num_learners=2",
+        ),
+    ],
+)
+def test_launch_refuses_bad_learner_counts(tmp_path, args, expected):
+    process, logdir = _launch(tmp_path, "--num_actors=2", *args)
+    assert process.wait(timeout=60) == 2
+    out = (tmp_path / "launch.out").read_text()
+    assert f"launch.py: error: {expected}" in out, out
+    assert not os.path.exists(logdir / "logs")
 
 
 @pytest.mark.slow
@@ -835,3 +979,22 @@ def test_split_argv():
         "--",
         "--num_actors=9",
     ]
+
+
+def test_a_task_whose_learner_list_differs_from_the_chiefs_is_refused():
+    """An actor (or a learner task serving a tower) compares the number of
+    learner tasks the chief runs (read from the chief when it connects) with
+    its own --learner_host list: with another number its unrolls would go to
+    a queue no tower reads, so it stops with a flag error instead."""
+    from cluster.state import learner_tasks_problem
+
+    one = addresses.ClusterConfig("localhost:1", ("localhost:3",), "actor", 0)
+    two = one._replace(more_learner_hosts=("localhost:2",))
+    assert learner_tasks_problem(1, one) is None
+    assert learner_tasks_problem(2, two) is None
+    assert learner_tasks_problem(2, one) == (
+        "--learner_host lists 1 learner task(s) but the chief at localhost:1 "
+        "runs 2; start every task with the chief's --learner_host list and "
+        "--num_learners=2."
+    )
+    assert "runs 1" in learner_tasks_problem(1, two)

@@ -147,7 +147,7 @@ def test_actor_graph_declares_the_learners_queue_and_variables(
     assert set(_variables(actor_graph, "trainable_variables")) == agent_names
     # The end-of-training variables: local on the learner, in no collection
     # on the actor (which neither initialises nor waits for them).
-    for name in ("training_done", "finished_actors"):
+    for name in ("training_done", "finished_actors", "finished_learners"):
         assert learner_locals[name][2] == learner_cpu
         (handle,) = [
             op
@@ -622,3 +622,147 @@ def test_an_actor_tasks_environment_killed_while_it_starts_is_restarted(
     assert "training continues (1 environment restart(s) in this run)" in actor_log
     assert "learner finished" in actor_log
     assert saved_frames(logdir) >= 1000
+
+
+@pytest.mark.slow
+def test_a_run_resumed_with_one_then_two_then_one_learner_tasks(tasks, tmp_path):
+    """launch.py on loopback, three times on one --logdir: 1 learner task,
+    then --num_learners=2 (the chief builds a tower on each learner task,
+    actor j feeds learner j mod 2, one update from both towers counts both
+    batches' frames), then 1 again. Each start restores the previous one's
+    checkpoint (the variables do not depend on the number of learners), and
+    every task of every start exits 0 by itself."""
+    logdir = str(tmp_path / "run")
+    logs = os.path.join(logdir, "logs")
+
+    def launch(stage: str, num_learners: int, target: int) -> str:
+        for name in os.listdir(logs) if os.path.isdir(logs) else []:
+            os.rename(os.path.join(logs, name), os.path.join(logs, f"{stage}.{name}"))
+        launcher = tasks.start(
+            stage,
+            [
+                LAUNCH,
+                f"--num_learners={num_learners}",
+                "--num_actors=2",
+                f"--logdir={logdir}",
+                *SMALL,
+                f"--total_environment_frames={target}",
+            ],
+        )
+        code = tasks.wait_exit(stage, launcher, START_TIMEOUT_S + RUN_TIMEOUT_S)
+        with open(os.path.join(logs, "learner_0.log"), errors="replace") as f:
+            chief = f.read()
+        assert code == 0, tasks.read(stage) + "\n" + chief[-3000:]
+        names = [f"learner_{k}" for k in range(num_learners)] + ["actor_0", "actor_1"]
+        for name in names:
+            # Each exited by itself: launch.py never had to stop them.
+            assert f"{name} exited with code 0" in tasks.read(stage), name
+        assert "Training done" in chief
+        return chief
+
+    launch("one", 1, 2 * FRAMES_PER_UPDATE)
+    first = saved_frames(logdir)
+    first_weights = tf.train.load_checkpoint(logdir).get_tensor("agent/baseline/w")
+    chief = launch("two", 2, first + 2 * 2 * FRAMES_PER_UPDATE)
+    assert f"model.ckpt-{first}" in chief  # restored
+    second = saved_frames(logdir)
+    # Each update counts both towers' batches.
+    assert second > first and (second - first) % (2 * FRAMES_PER_UPDATE) == 0
+    assert not np.array_equal(
+        first_weights,
+        tf.train.load_checkpoint(logdir).get_tensor("agent/baseline/w"),
+    )
+    with open(os.path.join(logs, "learner_1.log"), errors="replace") as f:
+        served = f.read()
+    assert "serving tower 1" in served and "the chief has exited; exiting" in served
+    assert "Saving checkpoints" not in served  # only the chief writes
+    chief = launch("back", 1, second + FRAMES_PER_UPDATE)
+    assert f"model.ckpt-{second}" in chief
+    assert saved_frames(logdir) >= second + FRAMES_PER_UPDATE
+
+
+@pytest.mark.slow
+def test_a_learner_task_serving_a_tower_killed_and_restarted(tasks, tmp_path):
+    """--num_learners=2, learner task 1 SIGKILLed mid-run: the chief notices
+    (its step fails instead of hanging), waits for the task to be back,
+    restores its last checkpoint and trains on; actor 1, which feeds
+    learner 1, reconnects by itself. Then the chief SIGKILLed: restarted, it
+    resumes from its checkpoint, and the others wait for it. The run reaches
+    its target and every task exits 0 by itself. Nothing checkpointed is
+    lost."""
+    logdir = str(tmp_path / "run")
+    *learner_ports, a0, a1 = addresses.pick_free_ports(4)
+    cluster = [
+        "--learner_host=" + ",".join(f"localhost:{p}" for p in learner_ports),
+        f"--actor_hosts=localhost:{a0},localhost:{a1}",
+        "--num_actors=2",
+        "--num_learners=2",
+    ]
+    frames_per_update = 2 * FRAMES_PER_UPDATE
+    target = 20 * frames_per_update
+
+    def start(name: str, job: str, task: int, *extra: str) -> subprocess.Popen:
+        return tasks.start(
+            name,
+            [
+                EXPERIMENT,
+                f"--job_name={job}",
+                f"--task={task}",
+                *cluster,
+                *SMALL,
+                f"--logdir={logdir if job == 'learner' and task == 0 else tmp_path / 'elsewhere'}",
+                f"--total_environment_frames={target}",
+                *extra,
+            ],
+        )
+
+    served = start("learner_1", "learner", 1)
+    actors = {f"actor_{i}": start(f"actor_{i}", "actor", i) for i in range(2)}
+    chief = start("chief", "learner", 0, "--save_checkpoint_secs=2")
+    # Two updates checkpointed, then learner task 1 killed.
+    deadline = time.monotonic() + START_TIMEOUT_S + RUN_TIMEOUT_S
+    while not [n for n in _saves(tasks.read("chief")) if n >= 2 * frames_per_update]:
+        assert chief.poll() is None, tasks.tail("chief")
+        assert time.monotonic() < deadline, tasks.tail("chief")
+        time.sleep(0.2)
+    tasks.kill(served)
+    killed_log = tasks.read("chief")
+    last_begun = max(_saves(killed_log, completed=False))
+    assert last_begun < target, "the run ended before the kill; raise the target"
+    noticed = tasks.wait_for_line(
+        "actor_1", "lost the learner", NOTICE_TIMEOUT_S, watch=actors["actor_1"]
+    )
+    assert noticed
+    served = start("learner_1_restarted", "learner", 1)
+    # The chief trains on once the task is back: a save past the kill's.
+    while not [n for n in _saves(tasks.read("chief")) if n > last_begun]:
+        assert chief.poll() is None, tasks.tail("chief")
+        assert time.monotonic() < deadline, tasks.tail("chief")
+        time.sleep(0.2)
+    chief_log = tasks.read("chief")
+    # Every checkpoint after the kill starts from one saved before it.
+    after = _saves(chief_log[len(killed_log) :])
+    assert min(after) >= max(_saves(killed_log)), (after, killed_log[-2000:])
+    # Then the chief SIGKILLed and started again: it resumes from its
+    # checkpoint, learner task 1 and the actors wait for it and carry on.
+    tasks.kill(chief)
+    last_saved = max(_saves(tasks.read("chief")))
+    chief = start("chief_restarted", "learner", 0)
+    tasks.wait_for_line(
+        "chief_restarted", r"Resuming from a checkpoint at \d+", START_TIMEOUT_S
+    )
+    restored = int(
+        re.search(
+            r"Resuming from a checkpoint at (\d+)", tasks.read("chief_restarted")
+        ).group(1)
+    )
+    assert restored >= last_saved
+    for name, process in (("chief_restarted", chief), *actors.items()):
+        assert_exit_0(tasks, name, process, START_TIMEOUT_S + RUN_TIMEOUT_S)
+    assert_exit_0(tasks, "learner_1_restarted", served, NOTICE_TIMEOUT_S)
+    assert "Training done" in tasks.read("chief_restarted")
+    assert saved_frames(logdir) >= target
+    log = tasks.read("actor_1")
+    # The first chief, again after learner 1's restart, then the restarted chief.
+    assert len(re.findall("connected to the learner", log)) == 3, log[-3000:]
+    assert "the chief has exited; exiting" in tasks.read("learner_1_restarted")

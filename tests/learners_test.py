@@ -224,10 +224,20 @@ def test_each_actor_feeds_only_its_learners_tower_and_every_queue_closes():
         ),
         (
             ["--num_learners=2", "--job_name=learner", "--task=0"],
-            r"^--num_learners=2: a cluster trains with one learner task",
+            r"^--num_learners=2: the cluster lists 1 learner task\(s\); start "
+            r"every task with --num_learners=1\.",
+        ),
+        (
+            [
+                "--num_learners=2",
+                "--job_name=learner",
+                "--task=2",
+                "--learner_host=localhost:1,localhost:2",
+            ],
+            r"^--task=2 is out of range for the learner: the cluster has 2 learner addresses, so use --task=0\.\.1",
         ),
     ],
-    ids=["zero", "more-than-actors", "no-gpus", "cluster"],
+    ids=["zero", "more-than-actors", "no-gpus", "cluster-mismatch", "task-outside"],
 )
 def test_bad_num_learners_is_one_line_and_exit_2_with_nothing_written(
     tmp_path, capsys, args, message

@@ -207,6 +207,58 @@ def test_a_learner_and_two_actor_hosts_train_to_the_target(
         assert "learner finished training" in actor
 
 
+def test_two_learner_hosts_and_two_actor_hosts_train_to_the_target(network, tmp_path):
+    """--num_learners=2 from TF_CONFIG's learner list: learner tasks on hosts
+    0 (the chief) and 1, actors on hosts 2 and 3; the chief's towers run on
+    both learner hosts, and every task exits 0 by itself."""
+    cluster = {
+        "learner": [f"{network.addresses[i]}:{LEARNER_PORT}" for i in (0, 1)],
+        "actor": [f"{network.addresses[i]}:{ACTOR_PORT}" for i in (2, 3)],
+    }
+    logdir = str(tmp_path / "logdir")
+    processes = {}
+    for host, (job, task) in enumerate(
+        [("learner", 0), ("learner", 1), ("actor", 0), ("actor", 1)]
+    ):
+        name = f"{job}{task}"
+        env = dict(os.environ)
+        env["TF_CONFIG"] = json.dumps(
+            {"cluster": cluster, "task": {"type": job, "index": task}}
+        )
+        with open(tmp_path / f"{name}.log", "a") as log:
+            processes[name] = network.popen(
+                host,
+                [
+                    sys.executable,
+                    SCRIPT,
+                    *SMALL,
+                    "--num_learners=2",
+                    "--total_environment_frames=2000",
+                    f"--logdir={logdir if name == 'learner0' else tmp_path / name}",
+                ],
+                cwd=REPO_ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
+    for name, process in processes.items():
+        try:
+            code = process.wait(timeout=START_TIMEOUT_S + 60)
+        except subprocess.TimeoutExpired:
+            code = None
+        log = (tmp_path / f"{name}.log").read_text(errors="replace")
+        assert code == 0, f"{name} exited {code}:\n{log[-3000:]}"
+    chief = (tmp_path / "learner0.log").read_text(errors="replace")
+    assert "Training done" in chief
+    assert "1 of 1 learner task(s) confirmed the end of training" in chief
+    served = (tmp_path / "learner1.log").read_text(errors="replace")
+    assert f"Learner task 1 at {cluster['learner'][1]}: serving tower 1" in served
+    for task in range(2):
+        actor = (tmp_path / f"actor{task}.log").read_text(errors="replace")
+        assert f"Actor task {task} at {cluster['actor'][task]}" in actor
+        assert "learner finished training" in actor
+
+
 # -- an actor's host drops off, and comes back ---------------------------------------
 
 
