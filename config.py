@@ -209,7 +209,7 @@ def learners_problem(
     """The flag error for --num_learners with `num_actors` actors, or None.
     `num_gpus`: the GPUs single-machine training has for the towers (one
     each); None for a cluster task, whose learners are its learner tasks
-    (experiment.run_training checks their number)."""
+    (ClusterConfig.learners_problem checks their number)."""
     if num_learners > num_actors:
         return (
             f"--num_learners={num_learners}: more learners than the "
