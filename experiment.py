@@ -372,13 +372,12 @@ def config_from_flags(f: flags.FlagValues) -> Config:
         choices.append(ONEDNN_CHOICE)
     if warning := cpu_features.bfloat16_warning(torso_dtype, cpu):
         logging.warning(warning)
-    num_gpus = len(tf.config.list_physical_devices("GPU"))
-    if f.mode == "train" and (
-        problem := config_lib.learners_problem(
-            f.num_learners, layout["num_actors"], None if cluster_task else num_gpus
-        )
-    ):
-        raise FlagError(problem)
+    if f.mode == "train":  # one GPU a learner on one machine; else learner tasks
+        gpus = None if cluster_task else len(tf.config.list_physical_devices("GPU"))
+        if problem := config_lib.learners_problem(
+            f.num_learners, layout["num_actors"], gpus
+        ):
+            raise FlagError(problem)
     if f.mode == "train" and not cluster_task:
         if warning := config_lib.unplayed_levels_warning(
             level_name, len(level_names), layout["num_actors"]

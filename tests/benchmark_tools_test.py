@@ -118,3 +118,36 @@ def test_popart_comparison_normalises_each_level_between_random_and_best():
     assert scores["mean"] == pytest.approx(50.0)
     with pytest.raises(ValueError, match="no test episodes"):
         popart_comparison.normalised_scores({"vizdoom/basic": []}, references)
+
+
+def test_popart_comparison_references_are_random_and_the_alone_runs_peak(tmp_path):
+    """The references stage's files become {level: {random, best}}: the
+    random policy's mean return, and the best mean of 100 consecutive
+    training episodes of the level's run alone (its peak, not its end);
+    None until every level has both."""
+    import json
+
+    import popart_comparison
+    import tensorflow as tf
+
+    level = "vizdoom/take_cover"
+    names = [level]
+    assert popart_comparison.references_from(str(tmp_path), names) is None
+    (tmp_path / "random_take_cover.json").write_text(json.dumps({"mean": 2.0}))
+    returns = [0.0] * 100 + [10.0] * 100 + [5.0] * 100
+    with tf.Graph().as_default():
+        writer = tf.compat.v1.summary.FileWriter(str(tmp_path / "alone_take_cover"))
+        for step, value in enumerate(returns):
+            summary = tf.compat.v1.Summary(
+                value=[
+                    tf.compat.v1.Summary.Value(
+                        tag=f"{level}/episode_return", simple_value=value
+                    )
+                ]
+            )
+            writer.add_summary(summary, step)
+        writer.close()
+    references = popart_comparison.references_from(str(tmp_path), names)
+    assert references == {level: {"random": 2.0, "best": 10.0}}
+    # Fewer episodes than the window: no reference yet.
+    assert popart_comparison.references_from(str(tmp_path), names, window=400) is None
