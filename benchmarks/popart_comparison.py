@@ -1,21 +1,32 @@
-"""PopArt against plain IMPALA on a multi-task Atari set, same frames.
+"""PopArt against plain IMPALA on a multi-task flag file, same frames.
 
-Trains flagfiles/atari3_multitask.cfg (one agent on Pong, Breakout and
-Ms. Pac-Man) three ways, one after the other:
+Trains a multi-task flag file (default flagfiles/vizdoom3_multitask.cfg:
+one agent on three ViZDoom scenarios whose returns differ by two orders of
+magnitude) three ways, one after the other:
 
   popart     --popart --reward_clipping=none
-  unclipped  --reward_clipping=none (one value scale for every game)
+  unclipped  --reward_clipping=none (one value scale for every level)
   clipped    plain IMPALA: rewards clipped to [-1, 1]
 
-then plays whole games with each run's final checkpoint (test mode,
---test_episodes per game), and with --plot draws each game's training
-return (per life: training episodes end at a lost life) against frames, arm
-by arm, and writes the record: test-mode returns, human-normalised scores
-per game, their median and mean.
+then plays whole episodes with each run's final checkpoint (test mode,
+--test_episodes per level). `--arm references` first measures what makes
+levels of different scales comparable: each level's random policy
+(benchmarks/random_policy.py) and each level trained alone with the same
+flags and its share of the frames (total / number of levels), then tested.
+`--plot` draws each level's training return per arm (with the references),
+each level's share of the gradient norm and mean |policy-gradient
+advantage| per arm, and PopArt's statistics over training, and writes the
+record: test-mode returns with their standard errors, each normalised
+between the level's random policy (0 %) and its run alone (100 %: the
+best mean of 100 consecutive training episodes), their
+median and mean over the levels (human-normalised too where the levels are
+Atari games).
 
-    python3 benchmarks/popart_comparison.py --root /tmp/popart     # all arms
-    python3 benchmarks/popart_comparison.py --root /tmp/popart --arm popart
+    python3 benchmarks/popart_comparison.py --root /tmp/popart --arm references
+    python3 benchmarks/popart_comparison.py --root /tmp/popart     # the three arms
     python3 benchmarks/popart_comparison.py --root /tmp/popart --plot
+    python3 benchmarks/popart_comparison.py --root /tmp/atari3 \\
+        --flagfile flagfiles/atari3_multitask.cfg
 """
 
 from __future__ import annotations
@@ -32,7 +43,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
-FLAGFILE = os.path.join(common.REPO, "flagfiles", "atari3_multitask.cfg")
+FLAGFILE = os.path.join(common.REPO, "flagfiles", "vizdoom3_multitask.cfg")
 ARMS = {
     "popart": ["--popart", "--reward_clipping=none"],
     "unclipped": ["--reward_clipping=none"],
@@ -42,12 +53,25 @@ RECORD = os.path.join(common.REPO, "benchmarks", "results", "popart_comparison.j
 PLOT = os.path.join(common.REPO, "benchmarks", "plots", "popart_comparison.png")
 
 
-def levels() -> list[str]:
-    with open(FLAGFILE) as f:
+def flag_value(flagfile: str, name: str) -> str:
+    """The value of --name in a flag file (its last occurrence)."""
+    value = None
+    with open(flagfile) as f:
         for line in f:
-            if line.startswith("--level_name="):
-                return line.strip().split("=", 1)[1].split(",")
-    raise ValueError(f"{FLAGFILE} has no --level_name")
+            if line.startswith(f"--{name}="):
+                value = line.strip().split("=", 1)[1]
+    if value is None:
+        raise ValueError(f"{flagfile} has no --{name}")
+    return value
+
+
+def levels(flagfile: str = FLAGFILE) -> list[str]:
+    return flag_value(flagfile, "level_name").split(",")
+
+
+def short(level: str) -> str:
+    """The level's name without its family: vizdoom/basic -> basic."""
+    return level.rsplit("/", 1)[-1]
 
 
 def run(command: list[str], log_path: str) -> int:
@@ -58,37 +82,96 @@ def run(command: list[str], log_path: str) -> int:
         ).returncode
 
 
-def train_and_test(arm: str, root: str, test_episodes: int, extra: list[str]) -> dict:
-    logdir = os.path.join(root, arm)
+EXPERIMENT = [sys.executable, os.path.join(common.REPO, "experiment.py")]
+
+
+def train_and_test(
+    name: str,
+    root: str,
+    flags: list[str],
+    test_levels: list[str],
+    test_episodes: int,
+) -> dict:
+    """experiment.py with `flags` into root/name, then test mode on its last
+    checkpoint; returns the training time."""
+    logdir = os.path.join(root, name)
     os.makedirs(root, exist_ok=True)
-    experiment = [sys.executable, os.path.join(common.REPO, "experiment.py")]
     started = time.time()
-    rc = run(
-        [
-            *experiment,
-            f"--flagfile={FLAGFILE}",
-            *ARMS[arm],
-            *extra,
-            f"--logdir={logdir}",
-        ],
-        os.path.join(root, f"{arm}.log"),
-    )
+    rc = run([*EXPERIMENT, *flags, f"--logdir={logdir}"], f"{logdir}.log")
     train_s = time.time() - started
     if rc != 0:
-        raise SystemExit(f"{arm}: training exited {rc}; see {root}/{arm}.log")
+        raise SystemExit(f"{name}: training exited {rc}; see {logdir}.log")
     rc = run(
         [
-            *experiment,
+            *EXPERIMENT,
             "--mode=test",
-            f"--level_name={','.join(levels())}",
+            f"--level_name={','.join(test_levels)}",
             f"--test_num_episodes={test_episodes}",
             f"--logdir={logdir}",
         ],
-        os.path.join(root, f"{arm}_test.log"),
+        f"{logdir}_test.log",
     )
     if rc != 0:
-        raise SystemExit(f"{arm}: test mode exited {rc}; see {root}/{arm}_test.log")
-    return {"train_s": train_s}
+        raise SystemExit(f"{name}: test mode exited {rc}; see {logdir}_test.log")
+    timing = {"train_s": train_s}
+    with open(os.path.join(root, f"{name}_timing.json"), "w") as f:
+        json.dump(timing, f)
+    return timing
+
+
+def measure_references(flagfile: str, root: str, test_episodes: int, extra) -> None:
+    """Each level's random policy and its run alone (the flag file's flags,
+    that level only, its share of the frames), tested."""
+    names = levels(flagfile)
+    frames = int(flag_value(flagfile, "total_environment_frames")) // len(names)
+    for level in names:
+        rc = run(
+            [
+                sys.executable,
+                os.path.join(common.REPO, "benchmarks", "random_policy.py"),
+                f"--level={level}",
+                f"--episodes={test_episodes}",
+                f"--json={os.path.join(root, f'random_{short(level)}.json')}",
+            ],
+            os.path.join(root, f"random_{short(level)}.log"),
+        )
+        if rc != 0:
+            raise SystemExit(f"random policy on {level} exited {rc}")
+    for level in names:
+        train_and_test(
+            f"alone_{short(level)}",
+            root,
+            [
+                f"--flagfile={flagfile}",
+                f"--level_name={level}",
+                f"--total_environment_frames={frames}",
+                *extra,
+            ],
+            [level],
+            test_episodes,
+        )
+
+
+def references_from(root: str, names: list[str], window: int = 100) -> dict | None:
+    """{level: {"random": R, "best": B}} from the references stage's files
+    under root (None when any is missing): R the random policy's mean
+    return, B the best mean of `window` consecutive training episodes of the
+    level's run alone (its peak: a run's last checkpoint may sit past it)."""
+    import learning_curve
+
+    references = {}
+    for level in names:
+        random_path = os.path.join(root, f"random_{short(level)}.json")
+        alone = os.path.join(root, f"alone_{short(level)}")
+        episodes, _ = learning_curve.read_events(alone, f"{level}/episode_return")
+        if not (os.path.exists(random_path) and len(episodes) >= window):
+            return None
+        with open(random_path) as f:
+            random = json.load(f)["mean"]
+        returns = [e.episode_return for e in episodes]
+        best = max(common.rolling_mean(returns, window)[window - 1 :])
+        references[level] = {"random": random, "best": float(best)}
+    return references
 
 
 def main() -> None:
@@ -96,48 +179,103 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--root", required=True, help="where the runs' logdirs go")
-    parser.add_argument("--arm", choices=[*ARMS, "all"], default="all")
-    parser.add_argument("--test_episodes", type=int, default=5)
+    parser.add_argument("--flagfile", default=FLAGFILE, help="a multi-task flag file")
+    parser.add_argument("--arm", choices=[*ARMS, "all", "references"], default="all")
+    parser.add_argument("--test_episodes", type=int, default=30)
     parser.add_argument("--plot", action="store_true", help="plot and write the record")
     parser.add_argument(
         "--references",
         default=None,
-        help="with --plot: a JSON file {level: {random: R, best: B}}; each "
-        "arm's test returns are then also normalised between them "
-        "(normalised_scores), with their median and mean over the levels",
+        help="with --plot: a JSON file {level: {random: R, best: B}} instead "
+        "of the references stage's files under --root",
     )
     parser.add_argument(
         "extra", nargs="*", help="more experiment.py flags for training (after --)"
     )
     args = parser.parse_args()
-    if not args.plot:
-        arms = list(ARMS) if args.arm == "all" else [args.arm]
-        for arm in arms:
-            timing = train_and_test(arm, args.root, args.test_episodes, args.extra)
-            with open(os.path.join(args.root, f"{arm}_timing.json"), "w") as f:
-                json.dump(timing, f)
-    else:
-        references = None
+    flagfile = os.path.abspath(args.flagfile)
+    names = levels(flagfile)
+    if args.plot:
+        references = references_from(args.root, names)
         if args.references:
             with open(args.references) as f:
                 references = json.load(f)
-        plot(args.root, references=references)
+        plot(args.root, flagfile, references=references)
+    elif args.arm == "references":
+        measure_references(flagfile, args.root, args.test_episodes, args.extra)
+    else:
+        for arm in list(ARMS) if args.arm == "all" else [args.arm]:
+            train_and_test(
+                arm,
+                args.root,
+                [f"--flagfile={flagfile}", *ARMS[arm], *args.extra],
+                names,
+                args.test_episodes,
+            )
 
 
-def plot(root: str, window: int = 100, references: dict | None = None) -> None:
-    """Per-game training returns of each arm against frames, and the record
-    (test-mode returns and human-normalised scores of each arm)."""
+def level_scalars(logdir: str, names: list[str]) -> dict:
+    """{tag: [(frames, value)]} of the per-level summaries: gradient share,
+    mean |pg advantage| and, with PopArt, each level's mean and scale."""
+    import scalars_plot
+
+    tags = []
+    for level in names:
+        tags += [
+            f"levels/{level}/gradient_share",
+            f"levels/{level}/mean_abs_pg_advantage",
+            f"popart/{level}/mean",
+            f"popart/{level}/scale",
+        ]
+    return scalars_plot.read_scalars(logdir, tags)
+
+
+def late_mean(points: list[tuple[int, float]], fraction: float = 0.2) -> float | None:
+    """The mean value over the last `fraction` of a run's summary points."""
+    if not points:
+        return None
+    values = [v for _, v in points]
+    return float(np.mean(values[-max(1, int(len(values) * fraction)) :]))
+
+
+def plot(
+    root: str, flagfile: str, window: int = 100, references: dict | None = None
+) -> None:
+    """Four rows of panels, one column a level: training return of each arm
+    (and of the level alone) against frames, the level's share of the
+    gradient norm and its mean |policy-gradient advantage| per arm, PopArt's
+    mean and scale for the level; and the record."""
     import learning_curve
     import matplotlib
-
-    from families import atari57
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    games = levels()
-    record = {"machine": common.machine_info(), "flagfile": FLAGFILE, "arms": {}}
-    fig, axes = plt.subplots(1, len(games), figsize=(5 * len(games), 4.2))
+    names = levels(flagfile)
+    record = {
+        "machine": common.machine_info(),
+        "flagfile": os.path.relpath(flagfile, common.REPO),
+        "references": references,
+        "arms": {},
+    }
+    fig, axes = plt.subplots(
+        4, len(names), figsize=(4.6 * len(names), 12), squeeze=False
+    )
+    colours = {"popart": "C0", "unclipped": "C1", "clipped": "C2"}
+    for column, level in enumerate(names):
+        alone = os.path.join(root, f"alone_{short(level)}")
+        episodes, _ = learning_curve.read_events(alone, f"{level}/episode_return")
+        if episodes:
+            axes[0][column].plot(
+                [e.frames / 1e6 for e in episodes],
+                common.rolling_mean([e.episode_return for e in episodes], window),
+                color="grey",
+                label="alone (its frames only)",
+            )
+        if references:
+            axes[0][column].axhline(
+                references[level]["random"], color="grey", ls=":", label="random"
+            )
     for arm, flags in ARMS.items():
         logdir = os.path.join(root, arm)
         results_path = os.path.join(logdir, "test_results.json")
@@ -146,64 +284,103 @@ def plot(root: str, window: int = 100, references: dict | None = None) -> None:
             continue
         with open(results_path) as f:
             test = json.load(f)
-        timing_path = os.path.join(root, f"{arm}_timing.json")
         timing = {}
-        if os.path.exists(timing_path):
-            with open(timing_path) as f:
+        if os.path.exists(os.path.join(root, f"{arm}_timing.json")):
+            with open(os.path.join(root, f"{arm}_timing.json")) as f:
                 timing = json.load(f)
+        returns = {level: test["levels"][level]["returns"] for level in names}
+        scalars = level_scalars(logdir, names)
         entry = {
             "flags": flags,
             "train_s": timing.get("train_s"),
             "test": {
-                game: {
-                    "mean_return": test["levels"][game]["mean_return"],
-                    "returns": test["levels"][game]["returns"],
-                    "human_normalized": atari57.human_normalized_score(
-                        game, test["levels"][game]["returns"]
-                    ),
+                level: {
+                    "mean_return": float(np.mean(r)),
+                    "standard_error": standard_error(r),
+                    "returns": r,
                 }
-                for game in games
+                for level, r in returns.items()
             },
-            "human_normalized": test.get("human_normalized", {}),
             "training_final_rolling_mean": {},
+            "late_gradient_share": {},
+            "late_mean_abs_pg_advantage": {},
         }
-        for ax, game in zip(axes, games, strict=True):
-            episodes, _ = learning_curve.read_events(logdir, f"{game}/episode_return")
-            if not episodes:
-                continue
-            frames = [e.frames / 1e6 for e in episodes]
-            returns = common.rolling_mean([e.episode_return for e in episodes], window)
-            entry["training_final_rolling_mean"][game] = float(returns[-1])
-            entry["frames"] = max(entry.get("frames", 0), episodes[-1].frames)
-            ax.plot(frames, returns, label=f"{arm} ({' '.join(flags)})")
-        if "--popart" in flags:
-            entry["popart_statistics"] = popart_statistics(logdir, games)
+        if test.get("human_normalized"):
+            entry["human_normalized"] = test["human_normalized"]
         if references is not None:
-            entry["normalised"] = normalised_scores(
-                {g: test["levels"][g]["returns"] for g in games}, references
-            )
+            entry["normalised"] = normalised_scores(returns, references)
+        colour = colours[arm]
+        for column, level in enumerate(names):
+            episodes, _ = learning_curve.read_events(logdir, f"{level}/episode_return")
+            if episodes:
+                rolling = common.rolling_mean(
+                    [e.episode_return for e in episodes], window
+                )
+                entry["training_final_rolling_mean"][level] = float(rolling[-1])
+                entry["frames"] = max(entry.get("frames", 0), episodes[-1].frames)
+                axes[0][column].plot(
+                    [e.frames / 1e6 for e in episodes], rolling, color=colour, label=arm
+                )
+            for row, name, key in (
+                (1, "gradient_share", "late_gradient_share"),
+                (2, "mean_abs_pg_advantage", "late_mean_abs_pg_advantage"),
+            ):
+                points = scalars[f"levels/{level}/{name}"]
+                entry[key][level] = late_mean(points)
+                if points:
+                    steps, values = zip(*points, strict=True)
+                    axes[row][column].plot(
+                        [s / 1e6 for s in steps],
+                        common.rolling_mean(list(values), 20),
+                        color=colour,
+                        label=arm,
+                    )
+            for stat, style in (("mean", "-"), ("scale", "--")):
+                points = scalars[f"popart/{level}/{stat}"]
+                if points:
+                    steps, values = zip(*points, strict=True)
+                    axes[3][column].plot(
+                        [s / 1e6 for s in steps],
+                        values,
+                        style,
+                        color=colour,
+                        label=f"{arm}: {stat}",
+                    )
+        if "--popart" in flags:
+            entry["popart_statistics"] = popart_statistics(logdir, names)
         record["arms"][arm] = entry
-    for ax, game in zip(axes, games, strict=True):
-        ax.set_title(game, fontsize=10)
-        ax.set_xlabel("environment frames (millions, all games)")
-        ax.set_ylabel(f"training return per life (mean of last {window})")
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
+    titles = (
+        f"training return (mean of last {window} episodes)",
+        "share of the gradient norm",
+        "mean |policy-gradient advantage|",
+        "PopArt's statistics",
+    )
+    for column, level in enumerate(names):
+        for row, title in enumerate(titles):
+            axis = axes[row][column]
+            axis.set_title(f"{level}: {title}", fontsize=9)
+            axis.set_xlabel("environment frames (millions, all levels)", fontsize=8)
+            axis.tick_params(labelsize=7)
+            axis.grid(alpha=0.3)
+        axes[2][column].set_yscale("log")
+        axes[0][column].legend(fontsize=7)
+    axes[3][0].legend(fontsize=7)
+    axes[1][0].legend(fontsize=7)
     fig.suptitle(
-        "One shallow agent on three Atari games, 2-core CPU: PopArt with "
+        f"One shallow agent on {', '.join(names)} (2-core CPU):\nPopArt with "
         "unclipped rewards, unclipped without PopArt, clipped",
         fontsize=9,
     )
     fig.tight_layout()
     os.makedirs(os.path.dirname(PLOT), exist_ok=True)
-    fig.savefig(PLOT, dpi=110)
+    fig.savefig(PLOT, dpi=100)
     common.write_json(RECORD, record)
     print(f"Wrote {PLOT}")
-    print(table(record))
+    print(table(record, names))
 
 
-def popart_statistics(logdir: str, games: list[str]) -> dict:
-    """Each game's mean and scale in the run's newest checkpoint."""
+def popart_statistics(logdir: str, names: list[str]) -> dict:
+    """Each level's mean and scale in the run's newest checkpoint."""
     import tensorflow as tf
 
     from learner import popart
@@ -212,9 +389,17 @@ def popart_statistics(logdir: str, games: list[str]) -> dict:
     mean = reader.get_tensor("popart/mean")
     scale = popart.scale_from_moments(mean, reader.get_tensor("popart/second_moment"))
     return {
-        game: {"mean": float(m), "scale": float(s)}
-        for game, m, s in zip(games, mean, scale, strict=True)
+        level: {"mean": float(m), "scale": float(s)}
+        for level, m, s in zip(names, mean, scale, strict=True)
     }
+
+
+def standard_error(returns) -> float:
+    """The standard error of the mean of `returns` (0 for one)."""
+    returns = np.asarray(returns, dtype=np.float64)
+    if returns.size < 2:
+        return 0.0
+    return float(returns.std(ddof=1) / np.sqrt(returns.size))
 
 
 def normalised_scores(level_returns: dict, references: dict) -> dict:
@@ -235,10 +420,9 @@ def normalised_scores(level_returns: dict, references: dict) -> dict:
         random, best = references[level]["random"], references[level]["best"]
         if best == random:
             raise ValueError(f"{level}: its random and best references are equal")
-        error = returns.std(ddof=1) / np.sqrt(returns.size) if returns.size > 1 else 0.0
         levels[level] = {
             "mean_return": float(returns.mean()),
-            "standard_error": float(error),
+            "standard_error": standard_error(returns),
             "episodes": int(returns.size),
             "normalised": float(100.0 * (returns.mean() - random) / (best - random)),
         }
@@ -250,36 +434,57 @@ def normalised_scores(level_returns: dict, references: dict) -> dict:
     }
 
 
-def table(record: dict) -> str:
-    games = levels()
+def table(record: dict, names: list[str]) -> str:
+    """The record as a Markdown table: each level's test return +- its
+    standard error (normalised % where there are references), the median
+    and mean over levels, the training time; then the late gradient shares
+    and PopArt's final statistics."""
     lines = [
         "| arm | "
-        + " | ".join(f"{g} test return (human-normalised %)" for g in games)
+        + " | ".join(f"{short(n)}: test return (normalised %)" for n in names)
         + " | median | mean | training time |",
-        "|---" * (len(games) + 4) + "|",
+        "|---" * (len(names) + 4) + "|",
     ]
     for arm, entry in record["arms"].items():
-        cells = [
-            f"{entry['test'][g]['mean_return']:.1f} "
-            f"({entry['test'][g]['human_normalized']:.1f})"
-            for g in games
-        ]
-        scores = entry["human_normalized"]
+        normalised = entry.get("normalised") or entry.get("human_normalized") or {}
+        cells = []
+        for n in names:
+            test = entry["test"][n]
+            cell = f"{test['mean_return']:.1f} +- {test['standard_error']:.1f}"
+            if "levels" in normalised:
+                cell += f" ({normalised['levels'][n]['normalised']:.0f})"
+            cells.append(cell)
         minutes = f"{entry['train_s'] / 60:.0f} min" if entry.get("train_s") else ""
         lines.append(
             f"| {arm} | "
             + " | ".join(cells)
-            + f" | {scores.get('median', float('nan')):.1f} "
-            f"| {scores.get('mean', float('nan')):.1f} | {minutes} |"
+            + f" | {normalised.get('median', float('nan')):.0f} "
+            f"| {normalised.get('mean', float('nan')):.0f} | {minutes} |"
         )
+    lines += [
+        "",
+        "| arm | "
+        + " | ".join(f"{short(n)}: gradient share, mean abs advantage" for n in names)
+        + " |",
+        "|---" * (len(names) + 1) + "|",
+    ]
+    for arm, entry in record["arms"].items():
+        cells = []
+        for n in names:
+            share = entry["late_gradient_share"].get(n)
+            advantage = entry["late_mean_abs_pg_advantage"].get(n)
+            cells.append(
+                "-" if share is None else f"{100 * share:.0f} %, {advantage:.3g}"
+            )
+        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     for arm, entry in record["arms"].items():
         if "popart_statistics" in entry:
             lines.append("")
             lines.append(
                 f"{arm}: statistics at the end: "
                 + ", ".join(
-                    f"{g} mean {s['mean']:.2f}, scale {s['scale']:.2f}"
-                    for g, s in entry["popart_statistics"].items()
+                    f"{short(n)} mean {s['mean']:.2f}, scale {s['scale']:.2f}"
+                    for n, s in entry["popart_statistics"].items()
                 )
             )
     return "\n".join(lines)
