@@ -11,8 +11,9 @@ magnitude) three ways, one after the other:
 then plays whole episodes with each run's final checkpoint (test mode,
 --test_episodes per level). `--arm references` first measures what makes
 levels of different scales comparable: each level's random policy
-(benchmarks/random_policy.py) and each level trained alone with the same
-flags and its share of the frames (total / number of levels), then tested.
+(benchmarks/random_policy.py, with the arms' action set) and each level
+trained alone with the same flags and its share of the frames (total /
+number of levels), then tested.
 `--plot` draws each level's training return per arm (with the references),
 each level's share of the gradient norm and mean |policy-gradient
 advantage| per arm, and PopArt's statistics over training, and writes the
@@ -131,6 +132,7 @@ def measure_references(flagfile: str, root: str, test_episodes: int, extra) -> N
                 os.path.join(common.REPO, "benchmarks", "random_policy.py"),
                 f"--level={level}",
                 f"--episodes={test_episodes}",
+                f"--run_levels={','.join(names)}",
                 f"--json={os.path.join(root, f'random_{short(level)}.json')}",
             ],
             os.path.join(root, f"random_{short(level)}.log"),

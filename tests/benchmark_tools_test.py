@@ -151,3 +151,35 @@ def test_popart_comparison_references_are_random_and_the_alone_runs_peak(tmp_pat
     assert references == {level: {"random": 2.0, "best": 10.0}}
     # Fewer episodes than the window: no reference yet.
     assert popart_comparison.references_from(str(tmp_path), names, window=400) is None
+
+
+def test_random_policy_takes_the_action_set_of_the_run_it_stands_for(tmp_path):
+    """A ViZDoom scenario alone has its own actions (basic: 4); in a run of
+    several scenarios it has the suite's 10, and so does its random
+    policy with --run_levels: the baseline the multi-task arms start from."""
+    import json
+
+    script = os.path.join(REPO_ROOT, "benchmarks", "random_policy.py")
+    counts = {}
+    for name, extra in (
+        ("alone", []),
+        ("run", ["--run_levels=vizdoom/basic,vizdoom/take_cover"]),
+    ):
+        path = tmp_path / f"{name}.json"
+        subprocess.run(
+            [
+                sys.executable,
+                script,
+                "--level=vizdoom/basic",
+                "--episodes=2",
+                f"--json={path}",
+                *extra,
+            ],
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
+        record = json.loads(path.read_text())
+        assert len(record["returns"]) == 2
+        counts[name] = record["num_actions"]
+    assert counts == {"alone": 4, "run": 10}
