@@ -79,7 +79,7 @@ flags.DEFINE_string(
 # Cluster: task -1 is single-machine training (actors are threads here).
 flags.DEFINE_enum("job_name", "learner", ["learner", "actor"], "Job name.")
 flags.DEFINE_integer("task", -1, "Task id; -1 for single-machine training.")
-flags.DEFINE_string("learner_host", "localhost:8000", "Learner address (host:port).")
+flags.DEFINE_string("learner_host", "localhost:8000", "Learner task host:port(s).")
 flags.DEFINE_string(
     "actor_hosts", "", "Comma-separated actor addresses; default localhost:8001+i."
 )
