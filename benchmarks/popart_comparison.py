@@ -327,13 +327,15 @@ def plot(
                 (1, "gradient_share", "late_gradient_share"),
                 (2, "mean_abs_pg_advantage", "late_mean_abs_pg_advantage"),
             ):
-                points = scalars[f"levels/{level}/{name}"]
+                # The first summary is of the first step, before any update
+                # of PopArt's statistics: left out of the plot.
+                points = scalars[f"levels/{level}/{name}"][1:]
                 entry[key][level] = late_mean(points)
                 if points:
                     steps, values = zip(*points, strict=True)
                     axes[row][column].plot(
                         [s / 1e6 for s in steps],
-                        common.rolling_mean(list(values), 20),
+                        common.rolling_mean(list(values), 5),
                         color=colour,
                         label=arm,
                     )
