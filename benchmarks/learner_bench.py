@@ -350,6 +350,8 @@ def main() -> None:
             if r["mode"] == "queue"
             else "fixed batch in variables"
         )
+        if r.get("num_learners", 1) > 1:
+            mode += f", {r['num_learners']} towers"
         print(
             f"| {r['agent']} | {r['torso_dtype']} | {r['batch_size']} | {r['unroll_length']} | {mode} | {r['learner_steps_per_s']:.2f} "
             f"| {r['frames_per_s']:.0f} | {r['ms_per_step']:.0f} | {r['cores']:.2f} | {r['cpu_ms_per_step']:.0f} "
