@@ -730,6 +730,7 @@ def cluster_actor_unroll(failures: int, monkeypatch):
         training_done=None,
         confirm_finished=None,
         uninitialized=None,
+        learner_tasks=None,
     )
     calls = []
 
