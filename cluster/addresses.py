@@ -20,8 +20,8 @@ Where the addresses come from (see `resolve_cluster`):
   accepted, never mixed: `learner`/`actor`, or TFJob's `chief`/`worker`
   (chief = the learner, worker i = actor i; a TFJob chief is one task, so
   several learner tasks need the learner/actor names). Any other job (`ps`,
-  `evaluator`, `master`, ...) is an error, as is an empty learner list. Other top-level keys (`environment`, ...) are
-  ignored. `"task"` may be left out when `--job_name`/`--task` give it.
+  `evaluator`, `master`, ...) is an error, as is an empty learner list.
+  Other top-level keys (`environment`, ...) are ignored. `"task"` may be left out when `--job_name`/`--task` give it.
 
 Precedence (`resolve_cluster`): without TF_CONFIG, `--task=-1` is
 single-machine training (no cluster; address flags set then are an error) and

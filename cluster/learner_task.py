@@ -207,14 +207,14 @@ def run(
                 wait_for_tasks_to_finish(
                     plain_session,
                     ops.finished_actors,
-                    cluster_config.actor_hosts,
+                    dict(enumerate(cluster_config.actor_hosts)),
                     "actor",
                 )
                 # Learner task 0 (the chief) never confirms: not waited for.
                 wait_for_tasks_to_finish(
                     plain_session,
                     ops.finished_learners,
-                    ("", *cluster_config.learner_hosts[1:]),
+                    dict(enumerate(cluster_config.learner_hosts[1:], start=1)),
                     "learner",
                 )
     if not result.finished:
@@ -268,13 +268,13 @@ class CloseQueueOnShutdownHook(tf.compat.v1.train.SessionRunHook):
 def wait_for_tasks_to_finish(
     session,
     confirmed: tf.Tensor,
-    hosts,
+    tasks: dict[int, str],
     kind: str,
     timeout_secs: float = TASK_FINISH_WAIT_SECS,
 ) -> list[int]:
-    """Waits until every task of `hosts` (the actor tasks, or the learner
-    tasks other than the chief, whose entry is "") saw the end or is gone;
-    returns those that did not.
+    """Waits until every task of `tasks` (index -> HOST:PORT: the actor
+    tasks, or the learner tasks other than the chief) has set its entry of
+    `confirmed` or is gone; returns those that did not.
 
     A task is gone when nothing listens on its address any more (killed,
     crashed). One that is still running gets `timeout_secs` to finish (an
@@ -283,17 +283,18 @@ def wait_for_tasks_to_finish(
     task serving a tower would too.
     """
     deadline = time.monotonic() + timeout_secs
-    expected = [i for i, host in enumerate(hosts) if host]
     while True:
         done = session.run(confirmed)
-        waiting = [i for i in expected if not done[i] and addresses.reachable(hosts[i])]
+        waiting = [
+            i for i, host in tasks.items() if not done[i] and addresses.reachable(host)
+        ]
         if not waiting:
-            if expected:
+            if tasks:
                 logging.info(
                     "%d of %d %s task(s) confirmed the end of training; the "
                     "others are not running.",
-                    sum(int(done[i] != 0) for i in expected),
-                    len(expected),
+                    sum(int(done[i] != 0) for i in tasks),
+                    len(tasks),
                     kind,
                 )
             return []
