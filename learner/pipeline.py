@@ -11,6 +11,7 @@ loop around it is loop.py.
 from __future__ import annotations
 
 import collections
+import contextlib
 from collections.abc import Sequence
 
 import tensorflow as tf
@@ -76,10 +77,13 @@ def build_learner_pipeline(
     batches, stage_ops = [], []
     for queue, device in zip(queues, devices, strict=True):
         # One dequeue_many takes batch_size unrolls as the actors deliver them
-        # (the queue holds fewer); [B, T + 1, ...] -> time-major.
-        dequeued = time_major(
-            tf.nest.pack_sequence_as(specs, queue.dequeue_many(config.batch_size))
-        )
+        # (the queue holds fewer); [B, T + 1, ...] -> time-major. Several
+        # learners: on the tower's device, where its queue is, so that the
+        # batch never leaves its learner task.
+        with contextlib.nullcontext() if len(queues) == 1 else tf.device(device):
+            dequeued = time_major(
+                tf.nest.pack_sequence_as(specs, queue.dequeue_many(config.batch_size))
+            )
         with tf.device(device):
             flat = tf.nest.flatten(dequeued)
             area = _staging_area(flat)

@@ -164,7 +164,11 @@ def build_learner(
     devices = list(devices or [None] * len(batches))
     popart, towers = None, []
     for batch, device in zip(batches, devices, strict=True):
-        with _device(device):
+        # Several towers: each reads the parameters once per update (below).
+        # The first tower may create the variables (Sonnet makes them at the
+        # first call): it runs where they live.
+        variables = _made_variables(agent) if len(batches) > 1 else ()
+        with _device(device), parameters_read_once(variables, device):
             learner_outputs, _ = agent.unroll(
                 batch.agent_outputs.action, batch.env_outputs, batch.agent_state
             )
@@ -344,6 +348,44 @@ def _cpu_of(device: str | None) -> str:
         return "/cpu:0"
     spec = tf.DeviceSpec.from_string(device)
     return spec.replace(device_type="CPU", device_index=0).to_string()
+
+
+@contextlib.contextmanager
+def parameters_read_once(variables: Sequence[tf.Variable], device: str | None):
+    """Inside: every use of `variables` reads the value they had when the step
+    began from one read each, made for `device` (a tower's copy of the
+    parameters for this update).
+
+    Otherwise each use of a resource variable reads it again: the agent's
+    unroll uses the core's weights at each of its T + 1 steps, and when the
+    variables live on another task (a tower on learner task k) or device
+    (a tower on a GPU), each read is a transfer, 21 copies of the core per
+    update instead of one. TensorFlow's variables keep such a cached read for
+    their `caching_device`, one device fixed at creation; a tower sets its
+    own for the time it is built, which is what that argument does. The
+    gradients flow through the cached read to the variable as through any
+    read.
+    """
+    if not variables:
+        yield
+        return
+    with _device(device):
+        cached = [tf.identity(v.read_value(), name="tower_read") for v in variables]
+    for variable, value in zip(variables, cached, strict=True):
+        variable._cached_value = value  # noqa: SLF001 - see the docstring
+    try:
+        yield
+    finally:
+        for variable in variables:
+            variable._cached_value = None  # noqa: SLF001
+
+
+def _made_variables(agent: agent_lib.Agent) -> tuple:
+    """The agent's trainable variables, or () before its first call."""
+    try:
+        return agent.trainable_variables
+    except ValueError:  # Sonnet: no variables yet
+        return ()
 
 
 def _device(device: str | None):

@@ -132,6 +132,85 @@ def test_two_towers_update_as_one_learner_on_both_batches(use_lstm, popart):
     assert differs
 
 
+def _consumer_devices(op: tf.Operation) -> set[int]:
+    """The CPU indices of the ops that use `op`'s output (through Identity)."""
+    devices, stack = set(), [op]
+    while stack:
+        for output in stack.pop().outputs:
+            for consumer in output.consumers():
+                if consumer.type == "Identity":
+                    stack.append(consumer)
+                elif "CPU:" in consumer.device:
+                    devices.add(int(consumer.device.rsplit(":", 1)[1]))
+    return devices
+
+
+def test_a_tower_away_from_the_variables_reads_each_of_them_once_per_update():
+    """Tower 1 (on another device: a GPU, or learner task 1 across the
+    network) reads every parameter once per update, and its unroll uses that
+    read: otherwise the LSTM's weights are read, and on another task sent, at
+    each of the unroll's T + 1 steps. Tower 0 makes the variables (Sonnet
+    creates them at the first call) where they live, reading them per use:
+    the control."""
+    agent_config, learner_config = configs(use_lstm=True, popart=False)
+    specs = actor_output_specs(small_config().environment, agent_config, UNROLL)
+    unrolls = random_unrolls(specs, 4, agent_config.num_actions, LEVELS)
+    config = dataclasses.replace(learner_config, batch_size=2, num_learners=2)
+    with tf.Graph().as_default() as graph:
+        agent = agent_lib.create_agent(agent_config)
+        batches = [
+            trajectory.stack_unrolls(
+                [tf.nest.map_structure(tf.constant, u) for u in unrolls[k::2]]
+            )
+            for k in range(2)
+        ]
+        build_learner(agent, batches, config, ["/cpu:0", "/cpu:1"])
+        # For each tower, how many reads of each variable its ops use.
+        reads = {0: {}, 1: {}}
+        for op in graph.get_operations():
+            if op.type == "ReadVariableOp":
+                handle = op.inputs[0].op.name
+                for tower in _consumer_devices(op) & {0, 1}:
+                    reads[tower][handle] = reads[tower].get(handle, 0) + 1
+        variables = [v.handle.op.name for v in agent.trainable_variables]
+    assert {name: reads[1].get(name, 0) for name in variables} == {
+        name: 1 for name in variables
+    }
+    lstm_weights = [name for name in variables if "lstm" in name and "/w" in name]
+    assert lstm_weights and all(reads[0][name] > 1 for name in lstm_weights)
+
+
+def test_a_towers_batch_is_made_time_major_on_its_own_device():
+    """Learner k's unrolls are dequeued, made time-major and staged on its
+    device: none of the batch goes to another learner task and back."""
+    agent_config, learner_config = configs(use_lstm=False, popart=False)
+    specs = actor_output_specs(small_config().environment, agent_config, UNROLL)
+    config = dataclasses.replace(learner_config, batch_size=2, num_learners=2)
+    with tf.Graph().as_default() as graph, tf.device("/cpu:0"):
+        queues = []
+        for k in range(2):
+            with tf.device(f"/cpu:{k}"):
+                queues.append(pipeline.create_queue(specs, learner=k))
+        pipeline.build_learner_pipeline(
+            agent_lib.create_agent(agent_config),
+            queues,
+            specs,
+            config,
+            ["/cpu:0", "/cpu:1"],
+        )
+        dequeue = next(
+            op
+            for op in graph.get_operations()
+            if op.type == "QueueDequeueManyV2"
+            and op.inputs[0].op == queues[1].queue_ref.op
+        )
+        # The dequeued tensors' first consumers: transposes to time-major.
+        consumers = [c for t in dequeue.outputs for c in t.consumers()]
+    assert consumers and all(c.device.endswith("CPU:1") for c in consumers), [
+        (c.type, c.device) for c in consumers
+    ]
+
+
 def test_checkpoints_do_not_depend_on_the_number_of_learners():
     """The same variables, names and shapes, whatever N: a run resumes with
     another --num_learners."""
