@@ -21,10 +21,13 @@ record: test-mode returns with their standard errors, each normalised
 between the level's random policy (0 %) and its run alone (100 %: the
 best mean of 100 consecutive training episodes), their
 median and mean over the levels (human-normalised too where the levels are
-Atari games).
+Atari games). `--seed N` trains an arm again with experiment.py's --seed
+into ARM_seedN; the plot shows every seed's run (dashed after the first)
+and the record each arm's normalised scores averaged over its seeds.
 
     python3 benchmarks/popart_comparison.py --root /tmp/popart --arm references
     python3 benchmarks/popart_comparison.py --root /tmp/popart     # the three arms
+    python3 benchmarks/popart_comparison.py --root /tmp/popart --arm popart --seed 2
     python3 benchmarks/popart_comparison.py --root /tmp/popart --plot
     python3 benchmarks/popart_comparison.py --root /tmp/atari3 \\
         --flagfile flagfiles/atari3_multitask.cfg
@@ -52,6 +55,28 @@ ARMS = {
 }
 RECORD = os.path.join(common.REPO, "benchmarks", "results", "popart_comparison.json")
 PLOT = os.path.join(common.REPO, "benchmarks", "plots", "popart_comparison.png")
+
+
+def run_name(arm: str, seed: int) -> str:
+    """An arm's run directory under --root: the arm's name for seed 1, else
+    ARM_seedN."""
+    return arm if seed == 1 else f"{arm}_seed{seed}"
+
+
+def runs_of(root: str, arm: str) -> list[tuple[str, int]]:
+    """(run name, seed) of the arm's runs under root that have test results,
+    seed 1 first."""
+    runs = []
+    for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        if name == arm:
+            seed = 1
+        elif name.startswith(f"{arm}_seed") and name[len(arm) + 5 :].isdigit():
+            seed = int(name[len(arm) + 5 :])
+        else:
+            continue
+        if os.path.exists(os.path.join(root, name, "test_results.json")):
+            runs.append((name, seed))
+    return sorted(runs, key=lambda run: run[1])
 
 
 def flag_value(flagfile: str, name: str) -> str:
@@ -184,6 +209,13 @@ def main() -> None:
     parser.add_argument("--flagfile", default=FLAGFILE, help="a multi-task flag file")
     parser.add_argument("--arm", choices=[*ARMS, "all", "references"], default="all")
     parser.add_argument("--test_episodes", type=int, default=30)
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=1,
+        help="experiment.py's --seed for the arms; a seed other than 1 trains "
+        "into ARM_seedN beside the first runs, and --plot shows every seed",
+    )
     parser.add_argument("--plot", action="store_true", help="plot and write the record")
     parser.add_argument(
         "--references",
@@ -208,9 +240,14 @@ def main() -> None:
     else:
         for arm in list(ARMS) if args.arm == "all" else [args.arm]:
             train_and_test(
-                arm,
+                run_name(arm, args.seed),
                 args.root,
-                [f"--flagfile={flagfile}", *ARMS[arm], *args.extra],
+                [
+                    f"--flagfile={flagfile}",
+                    *ARMS[arm],
+                    f"--seed={args.seed}",
+                    *args.extra,
+                ],
                 names,
                 args.test_episodes,
             )
@@ -279,80 +316,93 @@ def plot(
                 references[level]["random"], color="grey", ls=":", label="random"
             )
     for arm, flags in ARMS.items():
-        logdir = os.path.join(root, arm)
-        results_path = os.path.join(logdir, "test_results.json")
-        if not os.path.exists(results_path):
-            print(f"{arm}: no test results in {logdir}; skipped")
+        runs = runs_of(root, arm)
+        if not runs:
+            print(f"{arm}: no test results under {root}; skipped")
             continue
-        with open(results_path) as f:
-            test = json.load(f)
-        timing = {}
-        if os.path.exists(os.path.join(root, f"{arm}_timing.json")):
-            with open(os.path.join(root, f"{arm}_timing.json")) as f:
-                timing = json.load(f)
-        returns = {level: test["levels"][level]["returns"] for level in names}
-        scalars = level_scalars(logdir, names)
-        entry = {
-            "flags": flags,
-            "train_s": timing.get("train_s"),
-            "test": {
-                level: {
-                    "mean_return": float(np.mean(r)),
-                    "standard_error": standard_error(r),
-                    "returns": r,
-                }
-                for level, r in returns.items()
-            },
-            "training_final_rolling_mean": {},
-            "late_gradient_share": {},
-            "late_mean_abs_pg_advantage": {},
-        }
-        if test.get("human_normalized"):
-            entry["human_normalized"] = test["human_normalized"]
-        if references is not None:
-            entry["normalised"] = normalised_scores(returns, references)
-        colour = colours[arm]
-        for column, level in enumerate(names):
-            episodes, _ = learning_curve.read_events(logdir, f"{level}/episode_return")
-            if episodes:
-                rolling = common.rolling_mean(
-                    [e.episode_return for e in episodes], window
+        for run, seed in runs:
+            logdir = os.path.join(root, run)
+            results_path = os.path.join(logdir, "test_results.json")
+            seed_style = "-" if seed == 1 else "--"
+            with open(results_path) as f:
+                test = json.load(f)
+            timing = {}
+            if os.path.exists(os.path.join(root, f"{run}_timing.json")):
+                with open(os.path.join(root, f"{run}_timing.json")) as f:
+                    timing = json.load(f)
+            returns = {level: test["levels"][level]["returns"] for level in names}
+            scalars = level_scalars(logdir, names)
+            entry = {
+                "arm": arm,
+                "seed": seed,
+                "flags": flags if seed == 1 else [*flags, f"--seed={seed}"],
+                "train_s": timing.get("train_s"),
+                "test": {
+                    level: {
+                        "mean_return": float(np.mean(r)),
+                        "standard_error": standard_error(r),
+                        "returns": r,
+                    }
+                    for level, r in returns.items()
+                },
+                "training_final_rolling_mean": {},
+                "late_gradient_share": {},
+                "late_mean_abs_pg_advantage": {},
+            }
+            if test.get("human_normalized"):
+                entry["human_normalized"] = test["human_normalized"]
+            if references is not None:
+                entry["normalised"] = normalised_scores(returns, references)
+            colour = colours[arm]
+            for column, level in enumerate(names):
+                episodes, _ = learning_curve.read_events(
+                    logdir, f"{level}/episode_return"
                 )
-                entry["training_final_rolling_mean"][level] = float(rolling[-1])
-                entry["frames"] = max(entry.get("frames", 0), episodes[-1].frames)
-                axes[0][column].plot(
-                    [e.frames / 1e6 for e in episodes], rolling, color=colour, label=arm
-                )
-            for row, name, key in (
-                (1, "gradient_share", "late_gradient_share"),
-                (2, "mean_abs_pg_advantage", "late_mean_abs_pg_advantage"),
-            ):
-                # The first summary is of the first step, before any update
-                # of PopArt's statistics: left out of the plot.
-                points = scalars[f"levels/{level}/{name}"][1:]
-                entry[key][level] = late_mean(points)
-                if points:
-                    steps, values = zip(*points, strict=True)
-                    axes[row][column].plot(
-                        [s / 1e6 for s in steps],
-                        common.rolling_mean(list(values), 5),
-                        color=colour,
-                        label=arm,
+                if episodes:
+                    rolling = common.rolling_mean(
+                        [e.episode_return for e in episodes], window
                     )
-            for stat, style in (("mean", "-"), ("scale", "--")):
-                points = scalars[f"popart/{level}/{stat}"]
-                if points:
-                    steps, values = zip(*points, strict=True)
-                    axes[3][column].plot(
-                        [s / 1e6 for s in steps],
-                        values,
-                        style,
+                    entry["training_final_rolling_mean"][level] = float(rolling[-1])
+                    entry["frames"] = max(entry.get("frames", 0), episodes[-1].frames)
+                    axes[0][column].plot(
+                        [e.frames / 1e6 for e in episodes],
+                        rolling,
                         color=colour,
-                        label=f"{arm}: {stat}",
+                        ls=seed_style,
+                        label=run,
                     )
-        if "--popart" in flags:
-            entry["popart_statistics"] = popart_statistics(logdir, names)
-        record["arms"][arm] = entry
+                for row, name, key in (
+                    (1, "gradient_share", "late_gradient_share"),
+                    (2, "mean_abs_pg_advantage", "late_mean_abs_pg_advantage"),
+                ):
+                    # The first summary is of the first step, before any update
+                    # of PopArt's statistics: left out of the plot.
+                    points = scalars[f"levels/{level}/{name}"][1:]
+                    entry[key][level] = late_mean(points)
+                    if points:
+                        steps, values = zip(*points, strict=True)
+                        axes[row][column].plot(
+                            [s / 1e6 for s in steps],
+                            common.rolling_mean(list(values), 5),
+                            color=colour,
+                            ls=seed_style,
+                            label=run,
+                        )
+                for stat, style in (("mean", "-"), ("scale", "--")):
+                    points = scalars[f"popart/{level}/{stat}"]
+                    if points:
+                        steps, values = zip(*points, strict=True)
+                        axes[3][column].plot(
+                            [s / 1e6 for s in steps],
+                            values,
+                            style,
+                            color=colour,
+                            alpha=1.0 if seed == 1 else 0.5,
+                            label=f"{run}: {stat}",
+                        )
+            if "--popart" in flags:
+                entry["popart_statistics"] = popart_statistics(logdir, names)
+            record["arms"][run] = entry
     titles = (
         f"training return (mean of last {window} episodes)",
         "share of the gradient norm",
@@ -375,6 +425,7 @@ def plot(
         "unclipped rewards, unclipped without PopArt, clipped",
         fontsize=9,
     )
+    record["over_seeds"] = over_seeds(record)
     fig.tight_layout()
     os.makedirs(os.path.dirname(PLOT), exist_ok=True)
     fig.savefig(PLOT, dpi=100)
@@ -438,6 +489,32 @@ def normalised_scores(level_returns: dict, references: dict) -> dict:
     }
 
 
+def over_seeds(record: dict) -> dict:
+    """For each arm with runs of several seeds in the record: {arm: {"seeds":
+    n, "levels": {level: the mean over its runs of the level's normalised
+    score}, "median", "mean" (over the levels of those means)}}."""
+    by_arm: dict[str, list[dict]] = {}
+    for entry in record["arms"].values():
+        if "normalised" in entry:
+            by_arm.setdefault(entry.get("arm"), []).append(entry["normalised"])
+    result = {}
+    for arm, runs in by_arm.items():
+        if arm is None or len(runs) < 2:
+            continue
+        levels = {
+            level: float(np.mean([run["levels"][level]["normalised"] for run in runs]))
+            for level in runs[0]["levels"]
+        }
+        scores = list(levels.values())
+        result[arm] = {
+            "seeds": len(runs),
+            "levels": levels,
+            "median": float(np.median(scores)),
+            "mean": float(np.mean(scores)),
+        }
+    return result
+
+
 def table(record: dict, names: list[str]) -> str:
     """The record as a Markdown table: each level's test return +- its
     standard error (normalised % where there are references), the median
@@ -464,6 +541,13 @@ def table(record: dict, names: list[str]) -> str:
             + " | ".join(cells)
             + f" | {normalised.get('median', float('nan')):.0f} "
             f"| {normalised.get('mean', float('nan')):.0f} | {minutes} |"
+        )
+    for arm, over in over_seeds(record).items():
+        cells = [f"({over['levels'][n]:.0f})" for n in names]
+        lines.append(
+            f"| {arm}, mean of {over['seeds']} seeds | "
+            + " | ".join(cells)
+            + f" | {over['median']:.0f} | {over['mean']:.0f} | |"
         )
     lines += [
         "",

@@ -153,6 +153,42 @@ def test_popart_comparison_references_are_random_and_the_alone_runs_peak(tmp_pat
     assert popart_comparison.references_from(str(tmp_path), names, window=400) is None
 
 
+def test_popart_comparison_finds_each_arms_seeds_and_averages_over_them(tmp_path):
+    """A second seed trains into ARM_seedN beside the first run; the plot
+    finds every run with test results, seed 1 first, and the record's
+    over_seeds averages each level's normalised score over an arm's runs."""
+    import popart_comparison
+    import pytest
+
+    assert popart_comparison.run_name("popart", 1) == "popart"
+    assert popart_comparison.run_name("popart", 2) == "popart_seed2"
+    for name in ("popart_seed2", "popart", "popart_seed3", "clipped", "popart_x"):
+        (tmp_path / name).mkdir()
+        if name != "popart_seed3":  # not tested yet: left out
+            (tmp_path / name / "test_results.json").write_text("{}")
+    assert popart_comparison.runs_of(str(tmp_path), "popart") == [
+        ("popart", 1),
+        ("popart_seed2", 2),
+    ]
+    assert popart_comparison.runs_of(str(tmp_path / "missing"), "popart") == []
+
+    def normalised(a: float, b: float) -> dict:
+        return {"levels": {"x": {"normalised": a}, "y": {"normalised": b}}}
+
+    record = {
+        "arms": {
+            "popart": {"arm": "popart", "normalised": normalised(10.0, 50.0)},
+            "popart_seed2": {"arm": "popart", "normalised": normalised(30.0, 70.0)},
+            "clipped": {"arm": "clipped", "normalised": normalised(0.0, 0.0)},
+        }
+    }
+    over = popart_comparison.over_seeds(record)
+    assert list(over) == ["popart"]  # one run of clipped: nothing to average
+    assert over["popart"]["seeds"] == 2
+    assert over["popart"]["levels"] == {"x": 20.0, "y": 60.0}
+    assert over["popart"]["median"] == pytest.approx(40.0)
+
+
 def test_random_policy_takes_the_action_set_of_the_run_it_stands_for(tmp_path):
     """A ViZDoom scenario alone has its own actions (basic: 4); in a run of
     several scenarios it has the suite's 10, and so does its random
