@@ -27,6 +27,8 @@ from cluster import addresses, servers
 from cluster.state import (
     ClusterState,
     build_agent_variables,
+    chief_learner_tasks,
+    confirm_finished_op,
     create_cluster_state,
     learner_tasks_problem,
 )
@@ -151,13 +153,9 @@ def build_actor_task(
             is_learner=False,
             num_learners=cluster_config.num_learners,
         )
-        confirm_finished = state.finished_actors.scatter_update(
-            tf.IndexedSlices(tf.constant([1]), tf.constant([task]))
-        )
+        confirm_finished = confirm_finished_op(state.finished_actors, task)
         training_done = state.training_done.read_value()
-        # How many learner tasks the chief runs (its finished_learners has
-        # one entry each), to refuse a cluster that disagrees with ours.
-        learner_tasks = tf.size(state.finished_learners.read_value())
+        learner_tasks = chief_learner_tasks(state)
     with tf.device(cluster_config.device):
         sync_weights = copy_weights_op(global_agent, local_agent)
     # The learner's variables not initialised yet. The actor connects once

@@ -26,7 +26,12 @@ from absl import logging
 import agent as agent_lib
 from actor.unroll import actor_output_specs
 from cluster import addresses
-from cluster.state import create_cluster_state, learner_tasks_problem
+from cluster.state import (
+    chief_learner_tasks,
+    confirm_finished_op,
+    create_cluster_state,
+    learner_tasks_problem,
+)
 from config import Config
 from learner import loop, pipeline, progress
 from runtime import sessions
@@ -121,27 +126,32 @@ def serve(
                 num_learners=cluster_config.num_learners,
             )
             training_done = state.training_done.read_value()
-            confirm_finished = state.finished_learners.scatter_update(
-                tf.IndexedSlices(tf.constant([1]), tf.constant([task]))
-            )
-            chief_runs = tf.size(state.finished_learners.read_value())
-        while not shutdown.requested:
+            confirm_finished = confirm_finished_op(state.finished_learners, task)
+            chief_runs = chief_learner_tasks(state)
+        done = False
+        while not done and not shutdown.requested:
             try:
                 with tf.compat.v1.Session(server.target, config=proto) as session:
+                    # Once per connection: a restarted chief may run another
+                    # number of learner tasks.
                     problem = learner_tasks_problem(
                         int(session.run(chief_runs)), cluster_config
                     )
                     if problem:
                         raise FlagError(problem)
-                    if session.run(training_done):
+                    while not session.run(training_done):
+                        if shutdown.wait(1.0):
+                            break
+                    else:
                         session.run(confirm_finished)
-                        break
+                        done = True
             except (tf.errors.FailedPreconditionError, tf.errors.UnavailableError):
                 pass  # The chief is not up yet, or restarting.
             except tf.errors.OpError as e:
                 logging.debug("Learner task %d: %s", task, first_line(e))
-            shutdown.wait(1.0)
-        else:
+            if not done:
+                shutdown.wait(1.0)
+        if not done:
             logging.info("Learner task %d: stopped by a signal.", task)
             return
     # The chief's session still runs ops here while it closes (its tower's

@@ -74,6 +74,20 @@ def create_cluster_state(
     )
 
 
+def confirm_finished_op(entries: tf.Variable, index: int) -> tf.Operation:
+    """Sets entry `index` of `entries` (a state's finished_actors or
+    finished_learners) to 1: task `index` has seen the end of training."""
+    return entries.scatter_update(
+        tf.IndexedSlices(tf.constant([1]), tf.constant([index]))
+    )
+
+
+def chief_learner_tasks(state: ClusterState) -> tf.Tensor:
+    """int32 []: how many learner tasks the chief runs (its finished_learners
+    has one entry each), read to refuse a cluster that disagrees."""
+    return tf.size(state.finished_learners.read_value())
+
+
 def learner_tasks_problem(chief_runs: int, config: ClusterConfig) -> str | None:
     """The flag error when the chief runs another number of learner tasks
     than this task's --learner_host lists (its unrolls would go to a queue
