@@ -52,6 +52,37 @@ def server_config(config: ClusterConfig, base=None):
         proto.CopyFrom(base)
     del proto.device_filters[:]
     proto.device_filters.extend(device_filters(config))
+    return with_serving_threads(proto)
+
+
+# Inter-op threads a task keeps beyond one per core.
+SERVING_THREADS = 1
+
+
+def with_serving_threads(proto):
+    """`proto` with an inter-op pool of one thread per core this process may
+    run on plus SERVING_THREADS (unless TF_NUM_INTEROP_THREADS or `proto`
+    sets one).
+
+    A task's server answers the other tasks' tensor requests (a remote
+    tower's parameters, an actor's weight copy) on its inter-op pool. With
+    the default pool, one thread per core, the task's own kernels hold every
+    thread while it computes, and a request waits until they are done: two
+    learner tasks on a core each ran their towers one after the other, tower
+    1 receiving its parameters only once tower 0 had finished (traced; 388
+    ms per update of the shallow agent instead of ~200; BENCHMARKS.md,
+    "Several learners"). A spare thread answers at once; waiting costs no
+    CPU.
+    """
+    if proto.inter_op_parallelism_threads == 0 and (
+        "TF_NUM_INTEROP_THREADS" not in os.environ
+    ):
+        cores = (
+            len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        )
+        proto.inter_op_parallelism_threads = (
+            cores or os.cpu_count() or 1
+        ) + SERVING_THREADS
     return proto
 
 

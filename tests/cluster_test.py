@@ -439,6 +439,28 @@ def test_cluster_spec_and_device_filters():
     assert list(base.device_filters) == ["/x"]  # The base is not modified.
 
 
+def test_a_tasks_server_keeps_an_inter_op_thread_to_answer_other_tasks(monkeypatch):
+    """One inter-op thread per core the process may run on, plus one: a
+    task's server answers other tasks' tensor requests on that pool, and a
+    request must not wait for the task's own kernels to finish (two learner
+    tasks pinned to a core each otherwise ran their towers in turn:
+    BENCHMARKS.md, "Several learners"). An explicit setting stays."""
+    import tensorflow as tf
+
+    monkeypatch.delenv("TF_NUM_INTEROP_THREADS", raising=False)
+    config = addresses.cluster_from_flags("l:8000", "a0:8001", 1, "learner", 0)
+    cores = len(os.sched_getaffinity(0))
+    proto = servers.server_config(config)
+    assert proto.inter_op_parallelism_threads == cores + servers.SERVING_THREADS
+    # Pinned to one core (taskset), as in the benchmark: 2 threads.
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    assert servers.server_config(config).inter_op_parallelism_threads == 2
+    base = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=7)
+    assert servers.server_config(config, base).inter_op_parallelism_threads == 7
+    monkeypatch.setenv("TF_NUM_INTEROP_THREADS", "3")  # TensorFlow reads it
+    assert servers.server_config(config).inter_op_parallelism_threads == 0
+
+
 def _listening_socket():
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
