@@ -189,6 +189,44 @@ def test_popart_comparison_finds_each_arms_seeds_and_averages_over_them(tmp_path
     assert over["popart"]["median"] == pytest.approx(40.0)
 
 
+def test_learner_tasks_projection_adds_each_remote_towers_measured_cost():
+    """N learner tasks: t(N) = t1 + (N - 1) x max(c, b / W), c what the
+    second task added to an update here, b its bytes per update, W the
+    chief's link; the chief's link also carries every actor's weight copy."""
+    import learner_tasks_bench as bench
+    import pytest
+
+    def result(configuration, ms, frames_per_s, moved):
+        return {
+            "agent": "shallow",
+            "configuration": configuration,
+            "ms_per_update": ms,
+            "frames_per_s": frames_per_s,
+            "bytes_per_update": moved,
+            "batch_size_per_tower": 32,
+            "unroll_length": 20,
+            "parameter_bytes": 5e6,
+        }
+
+    frames_per_update = 32 * 20 * 4
+    results = [
+        result("1 task, 1 core", 200.0, frames_per_update / 0.2, []),
+        result("2 tasks, 1 core each", 250.0, 2 * frames_per_update / 0.25, [1e7]),
+    ]
+    fast, slow = (
+        {r["learner_tasks"]: r for r in bench.project(results, (1, 2, 4), link_gbit=g)}
+        for g in (10.0, 0.1)
+    )
+    assert fast[1]["ms_per_update"] == pytest.approx(200.0)
+    assert fast[4]["ms_per_update"] == pytest.approx(200.0 + 3 * 50.0)
+    assert fast[4]["speed_up"] == pytest.approx(4 * 200.0 / 350.0)
+    # 10 MB over 0.1 Gb/s takes 800 ms: the link, not the measured 50 ms.
+    assert slow[2]["ms_per_update"] == pytest.approx(200.0 + 800.0)
+    weights = fast[1]["frames_per_s"] * 5e6 / (bench.ENVS_PER_ACTOR * 20 * 4)
+    assert fast[1]["chief_link_gbit"] == pytest.approx(8 * weights / 1e9)
+    assert "(over the link)" in bench.projection_table(list(slow.values()))
+
+
 def test_random_policy_takes_the_action_set_of_the_run_it_stands_for(tmp_path):
     """A ViZDoom scenario alone has its own actions (basic: 4); in a run of
     several scenarios it has the suite's 10, and so does its random
