@@ -266,7 +266,17 @@ def level_scalars(logdir: str, names: list[str]) -> dict:
             f"popart/{level}/mean",
             f"popart/{level}/scale",
         ]
-    return scalars_plot.read_scalars(logdir, tags)
+    return scalars_plot.read_scalars(logdir, tags + list(UPDATE_TAGS))
+
+
+# The update as a whole: its gradient's global norm before clipping (to
+# --max_grad_norm) and the loss terms it comes from.
+UPDATE_TAGS = (
+    "gradient_global_norm",
+    "loss/policy_gradient",
+    "loss/baseline",
+    "loss/entropy",
+)
 
 
 def late_mean(points: list[tuple[int, float]], fraction: float = 0.2) -> float | None:
@@ -348,6 +358,10 @@ def plot(
                 "training_final_rolling_mean": {},
                 "late_gradient_share": {},
                 "late_mean_abs_pg_advantage": {},
+                # How hard the update is clipped, and by which loss term.
+                "late_update": {
+                    tag: late_mean(scalars.get(tag, [])) for tag in UPDATE_TAGS
+                },
             }
             if test.get("human_normalized"):
                 entry["human_normalized"] = test["human_normalized"]
@@ -564,6 +578,19 @@ def table(record: dict, names: list[str]) -> str:
             cells.append(
                 "-" if share is None else f"{100 * share:.0f} %, {advantage:.3g}"
             )
+        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "| arm | gradient norm before clipping | policy-gradient loss | baseline loss "
+        "| entropy loss |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for arm, entry in record["arms"].items():
+        update = entry.get("late_update", {})
+        cells = [
+            "-" if update.get(tag) is None else f"{update[tag]:.3g}"
+            for tag in UPDATE_TAGS
+        ]
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     for arm, entry in record["arms"].items():
         if "popart_statistics" in entry:
