@@ -24,6 +24,8 @@ median and mean over the levels (human-normalised too where the levels are
 Atari games). `--seed N` trains an arm again with experiment.py's --seed
 into ARM_seedN; the plot shows every seed's run (dashed after the first)
 and the record each arm's normalised scores averaged over its seeds.
+`--arm popart_entropy_0.001` (or `clipped_entropy_0.001`) trains an arm with
+a tenth of the entropy cost, plotted beside the others.
 
     python3 benchmarks/popart_comparison.py --root /tmp/popart --arm references
     python3 benchmarks/popart_comparison.py --root /tmp/popart     # the three arms
@@ -52,6 +54,21 @@ ARMS = {
     "popart": ["--popart", "--reward_clipping=none"],
     "unclipped": ["--reward_clipping=none"],
     "clipped": ["--reward_clipping=abs_one"],
+}
+# Run only when named (--arm): the arms with a tenth of the flag file's
+# entropy cost. PopArt's normalised advantages are ~10x smaller than clipped
+# rewards' on the levels that pay every tic, so against the same entropy cost
+# its policy is held nearer uniform (docs/popart.md).
+VARIANTS = {
+    "popart_entropy_0.001": [*ARMS["popart"], "--entropy_cost=0.001"],
+    "clipped_entropy_0.001": [*ARMS["clipped"], "--entropy_cost=0.001"],
+}
+COLOURS = {
+    "popart": "C0",
+    "unclipped": "C1",
+    "clipped": "C2",
+    "popart_entropy_0.001": "C3",
+    "clipped_entropy_0.001": "C4",
 }
 RECORD = os.path.join(common.REPO, "benchmarks", "results", "popart_comparison.json")
 PLOT = os.path.join(common.REPO, "benchmarks", "plots", "popart_comparison.png")
@@ -207,7 +224,9 @@ def main() -> None:
     )
     parser.add_argument("--root", required=True, help="where the runs' logdirs go")
     parser.add_argument("--flagfile", default=FLAGFILE, help="a multi-task flag file")
-    parser.add_argument("--arm", choices=[*ARMS, "all", "references"], default="all")
+    parser.add_argument(
+        "--arm", choices=[*ARMS, *VARIANTS, "all", "references"], default="all"
+    )
     parser.add_argument("--test_episodes", type=int, default=30)
     parser.add_argument(
         "--seed",
@@ -244,7 +263,7 @@ def main() -> None:
                 args.root,
                 [
                     f"--flagfile={flagfile}",
-                    *ARMS[arm],
+                    *{**ARMS, **VARIANTS}[arm],
                     f"--seed={args.seed}",
                     *args.extra,
                 ],
@@ -310,7 +329,6 @@ def plot(
     fig, axes = plt.subplots(
         4, len(names), figsize=(4.6 * len(names), 12), squeeze=False
     )
-    colours = {"popart": "C0", "unclipped": "C1", "clipped": "C2"}
     for column, level in enumerate(names):
         alone = os.path.join(root, f"alone_{short(level)}")
         episodes, _ = learning_curve.read_events(alone, f"{level}/episode_return")
@@ -325,7 +343,7 @@ def plot(
             axes[0][column].axhline(
                 references[level]["random"], color="grey", ls=":", label="random"
             )
-    for arm, flags in ARMS.items():
+    for arm, flags in {**ARMS, **VARIANTS}.items():
         runs = runs_of(root, arm)
         if not runs:
             print(f"{arm}: no test results under {root}; skipped")
@@ -367,7 +385,7 @@ def plot(
                 entry["human_normalized"] = test["human_normalized"]
             if references is not None:
                 entry["normalised"] = normalised_scores(returns, references)
-            colour = colours[arm]
+            colour = COLOURS[arm]
             for column, level in enumerate(names):
                 episodes, _ = learning_curve.read_events(
                     logdir, f"{level}/episode_return"
