@@ -104,17 +104,31 @@ class _CutShort(Exception):
     while it wrote (the pipe cannot be read in step after that)."""
 
 
-def _read_exactly(fd: int, size: int, deadline: float | None) -> bytes | None:
+def _read_exactly(
+    fd: int, size: int, deadline: float | None, alive=None
+) -> bytes | None:
     """`size` bytes from `fd`; None when `deadline` passes before the first
     byte, _CutShort when it passes after it, EOFError when the other end
-    closes."""
+    closes, or (without a deadline) when `alive()` says the writer is gone.
+
+    The other end does not always close with the writer: a ViZDoom engine the
+    child started inherits its end of the pipe and outlives a child killed
+    mid-message, and the rest of that message never comes. So without a
+    deadline the wait polls `alive` every _POLL_INTERVAL_S."""
     import select
 
     chunks, left = [], size
     while left:
-        wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if deadline is not None:
+            wait = max(0.0, deadline - time.monotonic())
+        else:
+            wait = None if alive is None else _POLL_INTERVAL_S
         readable, _, _ = select.select([fd], [], [], wait)
         if not readable:
+            if deadline is None:  # polled: a slow writer is fine, a gone one is not
+                if alive():
+                    continue
+                raise EOFError
             if left == size:
                 return None
             raise _CutShort
@@ -126,7 +140,7 @@ def _read_exactly(fd: int, size: int, deadline: float | None) -> bytes | None:
     return b"".join(chunks)
 
 
-def _read_message(conn, deadline: float | None) -> bytes | None:
+def _read_message(conn, deadline: float | None, alive=None) -> bytes | None:
     """One message of a multiprocessing Connection (what send_bytes wrote: a
     4-byte big-endian length, -1 then an 8-byte one for huge messages, then
     the bytes), or None when `deadline` passes before it begins. Above 16 KiB
@@ -136,16 +150,16 @@ def _read_message(conn, deadline: float | None) -> bytes | None:
     import struct
 
     fd = conn.fileno()
-    header = _read_exactly(fd, 4, deadline)
+    header = _read_exactly(fd, 4, deadline, alive)
     if header is None:
         return None
     (size,) = struct.unpack("!i", header)
     if size == -1:
-        longer = _read_exactly(fd, 8, deadline)
+        longer = _read_exactly(fd, 8, deadline, alive)
         if longer is None:
             raise _CutShort
         (size,) = struct.unpack("!Q", longer)
-    payload = _read_exactly(fd, size, deadline) if size else b""
+    payload = _read_exactly(fd, size, deadline, alive) if size else b""
     if payload is None:
         raise _CutShort
     return payload
@@ -526,7 +540,9 @@ class _Child:
                 wait = max(0.0, min(wait, deadline - time.monotonic()))
             try:
                 if self.conn.poll(wait):
-                    message = _read_message(self.conn, deadline)
+                    message = _read_message(
+                        self.conn, deadline, alive=lambda: self.popen.poll() is None
+                    )
                     if message is not None:
                         return pickle.loads(message)
             except _CutShort:

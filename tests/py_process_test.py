@@ -730,6 +730,45 @@ def test_a_constructor_that_raises_is_not_started_again(monkeypatch):
         py_process.start_all([PyProcess(helpers.FailingConstructor, level="x")])
 
 
+def test_a_message_cut_short_by_a_killed_child_whose_pipe_lives_on_ends():
+    """Without a call timeout: a child killed mid-message while something it
+    started (a ViZDoom engine) still holds its end of the pipe, so no EOF
+    comes. The read waits while the child lives (a slow writer) and raises
+    EOFError once it is gone, instead of waiting for ever (found as a hung
+    ViZDoom run at its end, after an environment process was SIGKILLed)."""
+    import struct
+    import threading
+    from multiprocessing import connection
+
+    from runtime import child_process
+
+    parent, child = connection.Pipe(duplex=True)  # `child` stays open
+    polls = []
+
+    def alive() -> bool:
+        polls.append(1)
+        return len(polls) < 3  # alive for two polls, then gone
+
+    outcome = []
+
+    def read():
+        try:
+            outcome.append(child_process._read_message(parent, None, alive))
+        except EOFError as e:
+            outcome.append(e)
+
+    try:
+        os.write(child.fileno(), struct.pack("!i", 100_000) + b"x" * 10)
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        reader.join(120)  # a guard against a hang, not a timing check
+        assert outcome and isinstance(outcome[0], EOFError), outcome
+        assert len(polls) == 3  # it kept waiting while the writer lived
+    finally:
+        parent.close()
+        child.close()
+
+
 def test_a_message_cut_short_by_a_stopped_child_ends_at_the_deadline():
     """A child stopped after the length of a big message and before its
     bytes (send_bytes writes them apart above 16 KiB): the parent's read
