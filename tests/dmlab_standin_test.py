@@ -263,7 +263,7 @@ def test_dmlab30_gives_each_actor_its_level_as_the_reference_does(dmlab30_run):
 def test_dmlab30_test_mode_opens_the_hold_out_levels_and_scores_them(
     dmlab30_run, tmp_path
 ):
-    """On the stand-in (episodes shortened to 400 frames: 30 levels are
+    """On the stand-in (episodes shortened to 200 frames: 30 levels are
     played): the JSON and the human-normalised table of the 30 test levels,
     each started with allowHoldOutLevels and the evaluation mixer seed."""
     logdir, _, result = dmlab30_run
@@ -279,7 +279,7 @@ def test_dmlab30_test_mode_opens_the_hold_out_levels_and_scores_them(
         ),
         timeout=300,
         DEEPMIND_LAB_STANDIN_TRACE=trace,
-        DEEPMIND_LAB_STANDIN_EPISODE_FRAMES="400",
+        DEEPMIND_LAB_STANDIN_EPISODE_FRAMES="200",
     )
     assert test.returncode == 0, test.stderr[-3000:]
     test_levels = [dmlab30.LEVEL_PREFIX + n for n in dmlab30.LEVEL_MAPPING.values()]
