@@ -111,10 +111,11 @@ def _read_exactly(
     byte, _CutShort when it passes after it, EOFError when the other end
     closes, or (without a deadline) when `alive()` says the writer is gone.
 
-    The other end does not always close with the writer: a ViZDoom engine the
-    child started inherits its end of the pipe and outlives a child killed
-    mid-message, and the rest of that message never comes. So without a
-    deadline the wait polls `alive` every _POLL_INTERVAL_S."""
+    The other end does not always close with the writer: a process the child
+    forked (without exec: _child_main keeps the pipe from exec'd programs)
+    holds its end and may outlive a child killed mid-message, and the rest of
+    that message never comes. So without a deadline the wait polls `alive`
+    every _POLL_INTERVAL_S."""
     import select
 
     chunks, left = [], size
@@ -335,6 +336,10 @@ def _child_main(conn: mp_connection.Connection, parent_pid: int) -> None:
     # half-way through a step with a KeyboardInterrupt traceback.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent(parent_pid)
+    # The pipe came in as an inherited descriptor (pass_fds); programs the
+    # object starts (a ViZDoom engine) must not get it too, or the parent sees
+    # no end of the pipe when this process dies while they live on.
+    os.set_inheritable(conn.fileno(), False)
     import faulthandler
 
     faulthandler.enable()  # a segfault in an environment library prints a traceback

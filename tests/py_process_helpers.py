@@ -198,6 +198,23 @@ class ScriptedEnvironment:
         return environment_tensor_specs(method_name, [2, 2, 1])
 
 
+class StartsAProgram:
+    """Starts a long `sleep` the way an environment library may start its
+    engine (no close_fds); `program()` returns its pid."""
+
+    def __init__(self):
+        import subprocess
+
+        self._program = subprocess.Popen(["sleep", "600"], close_fds=False)
+
+    def program(self) -> int:
+        return self._program.pid
+
+    def close(self) -> None:
+        self._program.kill()
+        self._program.wait()
+
+
 class SlowToStart:
     """Its constructor waits until the file `go` exists (so that a test can
     kill the child while it is constructing, whenever it likes), then works

@@ -730,6 +730,23 @@ def test_a_constructor_that_raises_is_not_started_again(monkeypatch):
         py_process.start_all([PyProcess(helpers.FailingConstructor, level="x")])
 
 
+def test_a_program_the_child_starts_does_not_hold_its_pipe():
+    """An engine the environment starts (ViZDoom's, here a `sleep` started
+    without close_fds) gets none of the child's sockets: otherwise, when the
+    child dies and the engine lives on, the parent never sees the pipe end."""
+    process = PyProcess(helpers.StartsAProgram)
+    try:
+        process.start()
+        program = process._call("program", (), {})
+        links = [
+            os.readlink(f"/proc/{program}/fd/{fd}")
+            for fd in os.listdir(f"/proc/{program}/fd")
+        ]
+        assert links and not [link for link in links if link.startswith("socket:")]
+    finally:
+        process.close()
+
+
 def test_a_message_cut_short_by_a_killed_child_whose_pipe_lives_on_ends():
     """Without a call timeout: a child killed mid-message while something it
     started (a ViZDoom engine) still holds its end of the pipe, so no EOF
