@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -63,12 +62,6 @@ CONFIGURATIONS = [
     ("2 tasks, 1 core each", 2, [[0], [1]]),
     ("1 task, 2 cores", 1, [None]),
 ]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _touch(path: str) -> None:
@@ -303,7 +296,9 @@ def measure(
     if network is not None:
         hosts = [f"{network.addresses[k]}:{PORT}" for k in range(num_learners)]
     else:
-        hosts = [f"127.0.0.1:{_free_port()}" for _ in range(num_learners)]
+        from cluster.addresses import pick_free_ports
+
+        hosts = [f"127.0.0.1:{port}" for port in pick_free_ports(num_learners)]
     workdir = tempfile.mkdtemp(prefix="learner_tasks_bench_")
     result = os.path.join(workdir, "result.json")
     common_args = [
