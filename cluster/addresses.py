@@ -21,7 +21,8 @@ Where the addresses come from (see `resolve_cluster`):
   (chief = the learner, worker i = actor i; a TFJob chief is one task, so
   several learner tasks need the learner/actor names). Any other job (`ps`,
   `evaluator`, `master`, ...) is an error, as is an empty learner list.
-  Other top-level keys (`environment`, ...) are ignored. `"task"` may be left out when `--job_name`/`--task` give it.
+  Other top-level keys (`environment`, ...) are ignored. `"task"` may be
+  left out when `--job_name`/`--task` give it.
 
 Precedence (`resolve_cluster`): without TF_CONFIG, `--task=-1` is
 single-machine training (no cluster; address flags set then are an error) and
