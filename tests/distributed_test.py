@@ -342,7 +342,8 @@ def assert_exit_0(tasks: Tasks, name: str, process: subprocess.Popen, timeout):
 @pytest.mark.parametrize(
     "envs_per_actor,agent_flags",
     [
-        (1, []),
+        # An LSTM agent, K environments an actor task (one environment an
+        # actor task is the PopArt case below).
         (2, []),
         # A feed-forward agent (no core state in the unrolls) with a bfloat16
         # torso, on the learner and the actor tasks alike.

@@ -653,20 +653,20 @@ def pipeline_log_rhos(
 
 
 @pytest.mark.parametrize(
-    "envs_per_actor,envs_per_process,agent_overrides",
+    "envs_per_actor,envs_per_process,agent_overrides,control",
     [
-        (1, 1, {}),
-        (2, 1, {}),
-        (4, 2, {}),
-        (1, 1, {"torso_dtype": "bfloat16"}),
-        (4, 2, {"torso": "deep", "torso_dtype": "bfloat16"}),
-        (1, 1, {"use_lstm": False}),
-        (4, 2, {"use_lstm": False}),
+        (1, 1, {}, True),
+        (2, 1, {}, False),
+        (4, 2, {}, False),
+        (1, 1, {"torso_dtype": "bfloat16"}, False),
+        (4, 2, {"torso": "deep", "torso_dtype": "bfloat16"}, False),
+        (1, 1, {"use_lstm": False}, True),
+        (4, 2, {"use_lstm": False}, False),
     ],
     ids=["1x1", "2x1", "4x2", "1x1-bf16", "4x2-deep-bf16", "1x1-ff", "4x2-ff"],
 )
 def test_training_pipeline_pairs_each_action_with_its_policy(
-    envs_per_actor, envs_per_process, agent_overrides
+    envs_per_actor, envs_per_process, agent_overrides, control
 ):
     """With learning rate 0 the learner's policy is the actors', so every
     log rho of every batch that comes through the real pipeline is 0: each
@@ -674,12 +674,15 @@ def test_training_pipeline_pairs_each_action_with_its_policy(
     action that produced it, K environments per actor included, and
     environments that share a process. With updates (the control) the
     learner's policy moves ahead of the actors' and the log rhos do not stay
-    0, so the check can fail. A bfloat16 torso too: the actors' batches of
-    1-4 and the learner's of T x B compute the same rounded values. A
-    feed-forward agent (no core state in the unrolls) too."""
+    0, so the check can fail; the control runs once for an agent with core
+    state and once for one without, since what it shows does not depend on
+    the layout of the environments. A bfloat16 torso too: the actors'
+    batches of 1-4 and the learner's of T x B compute the same rounded
+    values. A feed-forward agent (no core state in the unrolls) too."""
     args = (envs_per_actor, envs_per_process)
     assert max(pipeline_log_rhos(*args, 0.0, steps=6, **agent_overrides)) < 1e-4
-    assert max(pipeline_log_rhos(*args, 0.01, steps=6, **agent_overrides)) > 1e-3
+    if control:
+        assert max(pipeline_log_rhos(*args, 0.01, steps=6, **agent_overrides)) > 1e-3
 
 
 @pytest.mark.parametrize("optimizer", ["rmsprop", "adam"])
