@@ -194,7 +194,9 @@ def test_the_default_run_ends_with_its_summary_and_the_test_command(tmp_path):
     """`python3 experiment.py` as a newcomer runs it (a short target and a
     small layout on top, so that it ends in seconds): the first line names the
     flag file and the target; the last says what the run did and how to
-    evaluate it."""
+    evaluate it. Without DeepMind Lab it trains on atari/pong after one
+    warning that says where DeepMind Lab comes from (with DeepMind Lab, on
+    its stand-in, dmlab_standin_test)."""
     import environments
     from families.contract import importable
 
@@ -224,6 +226,10 @@ def test_the_default_run_ends_with_its_summary_and_the_test_command(tmp_path):
         r"at 2,000 frames\.",
         result.stderr,
     ), result.stderr[-3000:]
+    warnings = [ln for ln in result.stderr.splitlines() if "is not installed" in ln]
+    assert len(warnings) == 1 and "google-deepmind/lab" in warnings[0], warnings
+    (training,) = re.findall(r"\] Training (?!done).*", result.stderr)
+    assert "Training atari/pong" in training, training
     done = re.search(
         r"Training done: (\d+) environment frames, \d+ episodes in [^;]+; "
         r"mean return of the last \d+ episodes: (-?[\d.]+|none yet)\. Checkpoint and TensorBoard "
