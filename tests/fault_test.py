@@ -342,14 +342,12 @@ def test_actor_of_two_environment_processes_survives_one_killed(tmp_path):
     environments; that one restarts, training reaches its target and every
     environment process is gone afterwards. (One environment a process is
     the killed-environment runs above.)"""
-    envs_per_actor, envs_per_process = 4, 2
-    summary = "1 actor x 4 environments (2 per"
     run = Run(
         str(tmp_path / "run"),
-        f"vector_env_kill_{envs_per_actor}_{envs_per_process}",
+        "vector_env_kill",
         "--num_actors=1",
-        f"--envs_per_actor={envs_per_actor}",
-        f"--envs_per_process={envs_per_process}",
+        "--envs_per_actor=4",
+        "--envs_per_process=2",
         f"--total_environment_frames={ENV_KILL_TARGET}",
         "--save_checkpoint_secs=2",
     )
@@ -363,7 +361,7 @@ def test_actor_of_two_environment_processes_survives_one_killed(tmp_path):
         run.kill()
     output = run.output()
     assert returncode == 0, output[-4000:]
-    assert summary in output
+    assert "1 actor x 4 environments (2 per" in output
     assert re.search(
         rf"Actor 0 \(atari/pong\): environment failed: PyProcess \w+ "
         rf"\(pid {pids[0]}\) died: killed by signal SIGKILL",
