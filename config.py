@@ -15,6 +15,8 @@ import dataclasses
 import os
 from typing import Any
 
+from runtime.errors import FlagError
+
 
 @dataclasses.dataclass(frozen=True)
 class EnvironmentConfig:
@@ -176,9 +178,7 @@ class Config:
         )
 
 
-# The flags that lay out actors and batches. A family may bring its own
-# values for them (EnvironmentFamily.throughput_defaults), used as a set and
-# only when none of them is on the command line.
+# The flags that lay out actors and batches.
 LAYOUT_SETTINGS = (
     "num_actors",
     "envs_per_actor",
@@ -186,6 +186,92 @@ LAYOUT_SETTINGS = (
     "batch_size",
     "unroll_length",
 )
+
+# A family's flag file gives these for one level; a run of N levels (a list
+# or a suite) gets N times as many.
+PER_LEVEL_SETTINGS = ("total_environment_frames", "learning_rate_decay_frames")
+
+
+def validate_flags(
+    f, family_flags: tuple = (), defaulted: dict[str, str] | None = None
+) -> None:
+    """Checks flag values (experiment.py's parsed flags, or any object with their
+    names) before anything is built. `family_flags`: every family's
+    FamilyFlag, checked whatever the level; `defaulted`: flag -> the family
+    flag file that set it, named in the message of a value it set.
+
+    Raises:
+      FlagError: with a one-line message naming the flag, the value and a fix.
+    """
+
+    def require(ok: bool, flag: str, fix: str) -> None:
+        if not ok:
+            source = (defaulted or {}).get(flag)
+            given = f" (from {source}, the level's family default)" if source else ""
+            raise FlagError(f"--{flag}={getattr(f, flag)}{given}: {fix}")
+
+    require(f.batch_size > 0, "batch_size", "must be >= 1 (unrolls per update).")
+    require(f.num_learners > 0, "num_learners", "must be >= 1 (1: one learner).")
+    require(f.unroll_length > 0, "unroll_length", "must be >= 1.")
+    require(f.num_action_repeats > 0, "num_action_repeats", "must be >= 1.")
+    require(0.0 <= f.discounting <= 1.0, "discounting", "must be in [0, 1].")
+    require(f.learning_rate >= 0.0, "learning_rate", "must be >= 0.")
+    require(f.max_grad_norm >= 0.0, "max_grad_norm", "must be >= 0 (0 turns it off).")
+    require(f.epsilon > 0.0, "epsilon", "must be > 0.")
+    require(f.entropy_cost >= 0.0, "entropy_cost", "must be >= 0.")
+    require(f.baseline_cost >= 0.0, "baseline_cost", "must be >= 0.")
+    require(
+        0.0 < f.popart_beta <= 1.0,
+        "popart_beta",
+        "must be in (0, 1] (the paper's 3e-4 per learner step).",
+    )
+    require(f.save_checkpoint_secs > 0, "save_checkpoint_secs", "must be >= 1.")
+    for flag in family_flags:
+        if flag.check is not None:
+            problem = flag.check(getattr(f, flag.name))
+            require(problem is None, flag.name, problem)
+    require(
+        f.environment_timeout_secs >= 0,
+        "environment_timeout_secs",
+        "must be >= 0 (0: wait for an environment forever).",
+    )
+    if f.mode == "test":
+        require(f.test_num_episodes > 0, "test_num_episodes", "must be >= 1.")
+        require(
+            f.task < 0,
+            "task",
+            "test mode runs in one process; drop --job_name and --task.",
+        )
+        return
+    require(
+        f.total_environment_frames > 0,
+        "total_environment_frames",
+        "training needs a positive frame target, e.g. "
+        "--total_environment_frames=1000000000.",
+    )
+    require(
+        f.learning_rate_decay_frames >= 0,
+        "learning_rate_decay_frames",
+        "use a positive number of frames, or 0 to decay over "
+        "--total_environment_frames.",
+    )
+    # The learner takes batch_size unrolls per update from a queue the actors
+    # fill one unroll at a time, so any number of actors >= 1 fills any batch
+    # (an actor contributes several consecutive unrolls when batch_size >
+    # num_actors); with no actor the learner would wait forever.
+    require(
+        f.num_actors >= 1,
+        "num_actors",
+        f"the learner needs at least one actor to fill its batches of "
+        f"{f.batch_size} unrolls; use --num_actors=1 or more.",
+    )
+    require(f.envs_per_actor >= 1, "envs_per_actor", "must be >= 1.")
+    require(
+        f.envs_per_process >= 1 and f.envs_per_actor % f.envs_per_process == 0,
+        "envs_per_process",
+        f"must divide --envs_per_actor={f.envs_per_actor} (each of an actor's "
+        f"processes runs the same number of environments); use 1 or a divisor.",
+    )
 
 
 def read_flag_file(path: str) -> dict[str, str]:
@@ -244,22 +330,71 @@ def unplayed_levels_warning(
     )
 
 
-def actor_layout(
-    values: dict[str, int], family, torso: str, use_family_defaults: bool
-) -> tuple[dict[str, int], list[str]]:
-    """The LAYOUT_SETTINGS' values for a run, and why, for its first log line.
+@dataclasses.dataclass(frozen=True)
+class FamilyDefaults:
+    """A family's run defaults (EnvironmentFamily.default_flagfiles): the
+    values of its tested command's flag file for the flags a single-machine
+    run does not set, as strings to parse.
 
-    `values`: the flags' values. With `use_family_defaults` (single-machine
-    training with none of them on the command line) the family's throughput
-    defaults for the `torso` agent replace them all (Atari's are its fastest
-    measured layout); otherwise, or for a family without defaults, they stay.
+    flagfile: the file they come from.
+    values: flag name -> value (--level_name left out: the run's own).
+    num_levels: the levels of the run; PER_LEVEL_SETTINGS are multiplied by it.
     """
-    defaults = family.throughput_defaults(torso) if use_family_defaults else None
-    if not defaults:
-        return dict(values), []
-    values = {**values, **defaults}
-    shown = ", ".join(f"--{name}={values[name]}" for name in LAYOUT_SETTINGS)
-    return values, [
-        f"{family.name}'s throughput defaults for the {torso} agent ({shown}; "
-        f"no layout flag given, any one given keeps the flags' own defaults)"
-    ]
+
+    family: str
+    flagfile: str
+    values: dict[str, str]
+    num_levels: int = 1
+
+    def describe(self, applied: dict[str, str]) -> str:
+        """The first log line's sentence for the `applied` defaults."""
+        shown = ", ".join(f"--{name}={value}" for name, value in applied.items())
+        levels = self.num_levels
+        per_level = (
+            f" ({int(applied['total_environment_frames']) // levels:,} frames a "
+            f"level x {levels} levels)"
+            if levels > 1 and "total_environment_frames" in applied
+            else ""
+        )
+        return (
+            f"{self.family}'s defaults from {self.flagfile}, its tested command, "
+            f"for the flags not given{per_level}: {shown}"
+        )
+
+
+def family_defaults(
+    family, agent: str | None, num_levels: int
+) -> FamilyDefaults | None:
+    """The `family`'s run defaults for a run of `num_levels` levels, or None
+    for a family without a flag file (DeepMind Lab: the flags' own defaults,
+    the reference's).
+
+    `agent`: --agent when given; the family's flag file with that --agent is
+    chosen (else its first, the family's default, with the given agent). A
+    run of more levels than the file has actors gets one actor a level (actor
+    i plays level i mod N) and as many environments in all as the file, or
+    one an actor.
+    """
+    files = getattr(family, "default_flagfiles", ())
+    if not files:
+        return None
+    chosen = files[0]
+    for path in files:
+        if agent is not None and read_flag_file(path).get("agent") == agent:
+            chosen = path
+            break
+    values = read_flag_file(chosen)
+    values.pop("level_name", None)
+    for name in PER_LEVEL_SETTINGS:
+        if name in values and int(values[name]) > 0:
+            values[name] = str(int(values[name]) * num_levels)
+    actors = int(values.get("num_actors", "0"))
+    if 0 < actors < num_levels:
+        environments = actors * int(values.get("envs_per_actor", "1"))
+        per_actor = max(1, environments // num_levels)
+        values.update(
+            num_actors=str(num_levels),
+            envs_per_actor=str(per_actor),
+            envs_per_process=str(per_actor),
+        )
+    return FamilyDefaults(family.name, chosen, values, num_levels)

@@ -226,14 +226,10 @@ def family_of(level_name: str) -> EnvironmentFamily:
 
 
 # experiment.py's default level, and what it falls back to where its family's
-# library is not installed.
+# library is not installed (which then trains with Atari's defaults, the
+# tested Pong command: EnvironmentFamily.default_flagfiles).
 DEFAULT_LEVEL = "explore_goal_locations_small"
 FALLBACK_LEVEL = "atari/pong"
-# Single-machine training of the fallback trains with this command's settings
-# (BENCHMARKS.md, "The default run": the Pong command that reaches +18
-# soonest in wall-clock time on 2 cores, within its 60 M frames):
-# experiment.apply_fallback_settings.
-FALLBACK_FLAGFILE = "flagfiles/pong_shallow_4x32.cfg"
 
 
 def resolve_level_name(

@@ -149,8 +149,10 @@ flags.DEFINE_string(
     "level_name",
     environments.DEFAULT_LEVEL,
     "Level: a DeepMind Lab level, 'dmlab30', 'atari/<game>', 'atari57', "
-    "'vizdoom/<scenario>' or 'vizdoom'. The default falls back to atari/pong "
-    "(with flagfiles/pong_shallow_4x32.cfg's settings) without DeepMind Lab.",
+    "'vizdoom/<scenario>' or 'vizdoom' (single-machine training of an Atari or "
+    "ViZDoom level takes its family's tested flag file for the flags not "
+    "given, docs/flags.md). The default falls back to atari/pong without "
+    "DeepMind Lab.",
 )
 
 # Optimizer.
@@ -218,97 +220,44 @@ define_family_flags()
 
 
 def validate_flags(f) -> None:
-    """Checks flag values (FLAGS, or any object with their names) before
-    anything is built.
-
-    Raises:
-      FlagError: with a one-line message naming the flag, the value and a fix.
-    """
-
-    def require(ok: bool, flag: str, fix: str) -> None:
-        if not ok:
-            raise FlagError(f"--{flag}={getattr(f, flag)}: {fix}")
-
-    require(f.batch_size > 0, "batch_size", "must be >= 1 (unrolls per update).")
-    require(f.num_learners > 0, "num_learners", "must be >= 1 (1: one learner).")
-    require(f.unroll_length > 0, "unroll_length", "must be >= 1.")
-    require(f.num_action_repeats > 0, "num_action_repeats", "must be >= 1.")
-    require(0.0 <= f.discounting <= 1.0, "discounting", "must be in [0, 1].")
-    require(f.learning_rate >= 0.0, "learning_rate", "must be >= 0.")
-    require(f.max_grad_norm >= 0.0, "max_grad_norm", "must be >= 0 (0 turns it off).")
-    require(f.epsilon > 0.0, "epsilon", "must be > 0.")
-    require(f.entropy_cost >= 0.0, "entropy_cost", "must be >= 0.")
-    require(f.baseline_cost >= 0.0, "baseline_cost", "must be >= 0.")
-    require(
-        0.0 < f.popart_beta <= 1.0,
-        "popart_beta",
-        "must be in (0, 1] (the paper's 3e-4 per learner step).",
-    )
-    require(f.save_checkpoint_secs > 0, "save_checkpoint_secs", "must be >= 1.")
-    for flag in _family_flags.values():  # every family's, whatever the level
-        if flag.check is not None:
-            problem = flag.check(getattr(f, flag.name))
-            require(problem is None, flag.name, problem)
-    require(
-        f.environment_timeout_secs >= 0,
-        "environment_timeout_secs",
-        "must be >= 0 (0: wait for an environment forever).",
-    )
-    if f.mode == "test":
-        require(f.test_num_episodes > 0, "test_num_episodes", "must be >= 1.")
-        require(
-            f.task < 0,
-            "task",
-            "test mode runs in one process; drop --job_name and --task.",
-        )
-        return
-    require(
-        f.total_environment_frames > 0,
-        "total_environment_frames",
-        "training needs a positive frame target, e.g. "
-        "--total_environment_frames=1000000000.",
-    )
-    require(
-        f.learning_rate_decay_frames >= 0,
-        "learning_rate_decay_frames",
-        "use a positive number of frames, or 0 to decay over "
-        "--total_environment_frames.",
-    )
-    # The learner takes batch_size unrolls per update from a queue the actors
-    # fill one unroll at a time, so any number of actors >= 1 fills any batch
-    # (an actor contributes several consecutive unrolls when batch_size >
-    # num_actors); with no actor the learner would wait forever.
-    require(
-        f.num_actors >= 1,
-        "num_actors",
-        f"the learner needs at least one actor to fill its batches of "
-        f"{f.batch_size} unrolls; use --num_actors=1 or more.",
-    )
-    require(f.envs_per_actor >= 1, "envs_per_actor", "must be >= 1.")
-    require(
-        f.envs_per_process >= 1 and f.envs_per_actor % f.envs_per_process == 0,
-        "envs_per_process",
-        f"must divide --envs_per_actor={f.envs_per_actor} (each of an actor's "
-        f"processes runs the same number of environments); use 1 or a divisor.",
-    )
+    """config.validate_flags with every family's flags and this run's family
+    defaults (apply_family_defaults), which its messages name."""
+    config_lib.validate_flags(f, tuple(_family_flags.values()), _family_defaulted)
 
 
-def apply_fallback_settings(f: flags.FlagValues) -> None:
-    """Single-machine training of the default level without DeepMind Lab:
-    environments.FALLBACK_FLAGFILE's settings fill the flags left unset."""
-    if f.mode != "train" or f["level_name"].present or f.task >= 0:
-        return
-    if "TF_CONFIG" in os.environ or environments.default_level_available():
-        return
-    _, why = environments.resolve_level_name(f.level_name, True, False)
-    flagfile = environments.FALLBACK_FLAGFILE
-    for name, value in config_lib.read_flag_file(flagfile).items():
+# Flags that apply_family_defaults set: name -> the family's flag file.
+_family_defaulted: dict[str, str] = {}
+
+
+def apply_family_defaults(f: flags.FlagValues) -> config_lib.FamilyDefaults | None:
+    """Single-machine training: the values of the level's family's tested
+    flag file (config.family_defaults) fill the flags not given; returns
+    them, or None (test mode, a cluster task, a family without a file, a
+    level name that config_from_flags will reject)."""
+    _family_defaulted.clear()
+    if f.mode != "train" or f.task >= 0 or "TF_CONFIG" in os.environ:
+        return None
+    level_name, _ = environments.resolve_level_name(
+        f.level_name,
+        not f["level_name"].present,
+        environments.default_level_available(),
+    )
+    try:
+        num_levels = len(environments.expand_level_names(level_name))
+        family = environments.family_of(level_name)
+    except ValueError:
+        return None
+    agent = f.agent if f["agent"].present else None
+    defaults = config_lib.family_defaults(family, agent, num_levels)
+    if defaults is None:
+        return None
+    applied = {}
+    for name, value in defaults.values.items():
         if not f[name].present:
             f[name].parse(value)
-    logging.warning(
-        f"{why} Settings: {flagfile}, the tested Pong command (flags on the "
-        f"command line win); it ends at {f.total_environment_frames:,} frames."
-    )
+            applied[name] = value
+            _family_defaulted[name] = defaults.flagfile
+    return dataclasses.replace(defaults, values=applied)
 
 
 def resolve_levels(f: flags.FlagValues) -> tuple[str, list[str]]:
@@ -336,8 +285,11 @@ def resolve_levels(f: flags.FlagValues) -> tuple[str, list[str]]:
     return level_name, level_names
 
 
-def config_from_flags(f: flags.FlagValues) -> Config:
-    """The run's Config from validated flags (resolve_levels may warn).
+def config_from_flags(
+    f: flags.FlagValues, family_defaults: config_lib.FamilyDefaults | None = None
+) -> Config:
+    """The run's Config from validated flags (resolve_levels may warn);
+    `family_defaults`: what apply_family_defaults set, for the first line.
 
     Raises:
       FlagError: an unknown level, a level whose family is not installed,
@@ -347,17 +299,12 @@ def config_from_flags(f: flags.FlagValues) -> Config:
     level_name, level_names = resolve_levels(f)
     family = environments.family_of(level_name)
     torso, use_lstm = agent_settings(f)
-    # A family's throughput defaults: single-machine training, no layout flag.
     cluster_task = "TF_CONFIG" in os.environ or any(
         f[name].present for name in ("job_name", "learner_host", "actor_hosts")
     )
-    layout, choices = config_lib.actor_layout(
-        {name: f[name].value for name in config_lib.LAYOUT_SETTINGS},
-        family,
-        torso,
-        f.mode == "train"
-        and not cluster_task
-        and not any(f[name].present for name in config_lib.LAYOUT_SETTINGS),
+    layout = {name: f[name].value for name in config_lib.LAYOUT_SETTINGS}
+    choices = (
+        [family_defaults.describe(family_defaults.values)] if family_defaults else []
     )
     if problem := family.envs_per_process_problem(
         layout["envs_per_process"], level_name
@@ -577,9 +524,9 @@ def run_mode(f: flags.FlagValues = FLAGS) -> int:
     """Runs --mode with the parsed flags `f`; returns the exit code."""
     shutdown = ShutdownRequest()
     try:
-        apply_fallback_settings(f)
+        family_defaults = apply_family_defaults(f)
         validate_flags(f)
-        config = config_from_flags(f)
+        config = config_from_flags(f, family_defaults)
         if config.run.mode == "test":
             test_mode.test(config)
         else:

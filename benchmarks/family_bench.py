@@ -13,8 +13,8 @@ memory, in one invocation, for any level of any registered family
 
 Layouts are ACTORSxENVS_PER_ACTORxENVS_PER_PROCESS (`8x4x4`), or just
 ACTORS (one environment each), with /BATCH (`8x4x4/16`; batch 8 without);
-`defaults` is a run given no layout flag, which the family's throughput
-defaults then set (compare it with the best layout in the same invocation).
+`defaults` is a run given no layout flag, which the family's default flag
+file then sets (compare it with the best layout in the same invocation).
 
     python3 benchmarks/family_bench.py --level explore_goal_locations_small \\
         --json benchmarks/results/dmlab.json
@@ -45,7 +45,7 @@ LAYOUT_FLAGS = ("num_actors", "envs_per_actor", "envs_per_process", "batch_size"
 def parse_layout(text: str) -> dict[str, int]:
     """'8x4x4/16' -> the layout flags (actors, environments per actor and per
     process, batch); '8' -> 8 actors of one environment, batch 8; 'defaults'
-    -> {} (no layout flag: the family's throughput defaults)."""
+    -> {} (no layout flag: the family's defaults, its flag file's)."""
     if text == "defaults":
         return {}
     shape, _, batch = text.partition("/")

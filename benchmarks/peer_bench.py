@@ -1,7 +1,7 @@
 """Ours beside Sample Factory 2.1.1 on Pong, in one invocation.
 
 Measures, in turn: the raw-ALE ceiling (common.measure_ceiling), ours at
-the shallow agent's fastest layout (Atari's throughput defaults), ours with
+the shallow agent's fastest layout (Atari's default flag file's), ours with
 the deep feed-forward agent (a network closer in size to Sample Factory's
 Nature CNN than the shallow one: three residual stages and a 256-unit layer
 against three convolutions and a 512-unit layer), Sample Factory's Atari

@@ -165,16 +165,14 @@ PARTS["torso_dtype_deep"] = [
 
 def _family_defaults(agent: str, **flags) -> dict:
     """A run given only --agent (and `flags`): no layout flag, so Atari's
-    throughput defaults apply; the layout is recorded for the table but not
-    passed (flags_for drops it)."""
+    defaults (its flag file for the agent) apply; the layout is recorded for
+    the table but not passed (flags_for drops it)."""
     from families import atari
 
+    values = config_lib.family_defaults(atari.FAMILY, agent, 1).values
+    layout = {name: int(values[name]) for name in config_lib.LAYOUT_SETTINGS}
     return dict(
-        agent=agent,
-        dynamic_batching=True,
-        family_defaults=True,
-        **flags,
-        **atari.FAMILY.throughput_defaults(agent),
+        agent=agent, dynamic_batching=True, family_defaults=True, **flags, **layout
     )
 
 

@@ -332,6 +332,13 @@ class AtariFamily(EnvironmentFamily):
     name = "Atari"
     suites = (SUITE,)
     level_forms = "'atari/<game>' (an ale_py ROM id, e.g. atari/pong), 'atari57'"
+    # The tested Pong commands (BENCHMARKS.md, "Learning"): the shallow
+    # agent's, fastest to +18 on 2 cores at its throughput layout, is the
+    # default; --agent=deep takes the deep agent's.
+    default_flagfiles = (
+        "flagfiles/pong_shallow_4x32.cfg",
+        "flagfiles/pong_deep.cfg",
+    )
 
     def owns(self, level_name: str) -> bool:
         return level_name == SUITE or level_name.startswith(LEVEL_PREFIX)
@@ -396,30 +403,6 @@ class AtariFamily(EnvironmentFamily):
             max_episode_frames=max_episode_frames,
             episode_life=episode_life and not is_test,
             full_action_space=full_action_space,
-        )
-
-    def throughput_defaults(self, torso: str) -> dict[str, int] | None:
-        """The fastest measured layouts on a 2-core machine (BENCHMARKS.md,
-        "Throughput against the raw-ALE ceiling"), both at the paper's Atari
-        batch (32) and unroll (20): 4 actors of 32 games stepped 32 to a
-        process for the shallow agent (one inference call and one pipe round
-        trip per 32 agent steps); 8 actors of 4 games, 4 to a process for the
-        deep agent, whose learner is the limit (the tested Pong command's
-        layout, flagfiles/pong_deep.cfg)."""
-        if torso == "shallow":
-            return dict(
-                num_actors=4,
-                envs_per_actor=32,
-                envs_per_process=32,
-                batch_size=32,
-                unroll_length=20,
-            )
-        return dict(
-            num_actors=8,
-            envs_per_actor=4,
-            envs_per_process=4,
-            batch_size=32,
-            unroll_length=20,
         )
 
     def suite_scores(self, suite: str, level_returns) -> dict[str, float]:

@@ -100,6 +100,12 @@ class EnvironmentFamily:
         process (--envs_per_process); None for no limit.
       flags: the family's own command-line flags (FamilyFlag), which
         `options` turns into its settings.
+      default_flagfiles: the flag files of the family's tested commands
+        (flagfiles/...), the first its default: a single-machine training
+        run of the family's levels takes their values for every flag it
+        does not set (config.family_defaults: the file whose --agent is the
+        run's, else the first; its frame targets per level). () keeps the
+        flags' own defaults, the reference's.
     """
 
     name = ""
@@ -108,6 +114,7 @@ class EnvironmentFamily:
     catch_all = False
     max_envs_per_process: int | None = None
     flags: tuple[FamilyFlag, ...] = ()
+    default_flagfiles: tuple[str, ...] = ()
 
     def owns(self, level_name: str) -> bool:
         """Whether `level_name` is this family's (valid or not: `expand`
@@ -159,13 +166,6 @@ class EnvironmentFamily:
             f"--envs_per_process={limit} (several environments to a process "
             f"are for families that allow it, such as Atari)."
         )
-
-    def throughput_defaults(self, torso: str) -> dict[str, int] | None:
-        """The family's actor and batch layout for the `torso` agent when a
-        single-machine run sets none of --num_actors, --envs_per_actor,
-        --envs_per_process, --batch_size, --unroll_length (flag -> value,
-        all five); None keeps the flags' defaults (the paper's)."""
-        return None
 
     def options(self, values: Mapping[str, Any]) -> Any:
         """The family's settings from the values of its `flags` (flag name

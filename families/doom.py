@@ -67,16 +67,6 @@ SCENARIOS = (
 )
 FRAME_HEIGHT, FRAME_WIDTH = 72, 96
 
-# Throughput defaults (VizdoomFamily.throughput_defaults), for both agents:
-# 4 actors of 16 scenarios, all 16 in one process, batch 32, unroll 20.
-THROUGHPUT_LAYOUT = dict(
-    num_actors=4,
-    envs_per_actor=16,
-    envs_per_process=16,
-    batch_size=32,
-    unroll_length=20,
-)
-
 # Actions as the buttons they press, in the order the suite's policy uses.
 SUITE_ACTIONS: tuple[tuple[str, ...], ...] = (
     (),  # no-op
@@ -196,6 +186,9 @@ class VizdoomFamily(EnvironmentFamily):
     name = "ViZDoom"
     suites = (SUITE,)
     level_forms = "'vizdoom/<scenario>' (e.g. vizdoom/my_way_home), 'vizdoom'"
+    # The tested defend_the_center command (BENCHMARKS.md, "ViZDoom
+    # defend_the_center"), for either agent.
+    default_flagfiles = ("flagfiles/vizdoom_defend_the_center.cfg",)
 
     def owns(self, level_name: str) -> bool:
         return level_name == SUITE or level_name.startswith(PREFIX)
@@ -239,15 +232,6 @@ class VizdoomFamily(EnvironmentFamily):
             "num_action_repeats": environment.num_action_repeats,
             "shared_actions": len(set(environment.level_names)) > 1,
         }
-
-    def throughput_defaults(self, torso: str) -> dict[str, int] | None:
-        """The fastest measured layout on a 2-core machine for either agent
-        (BENCHMARKS.md, "ViZDoom"): 4 actors of 16 scenarios stepped 16 to a
-        process (one inference call and one pipe round trip per 16 agent
-        steps), batch 32 and unroll 20 (the paper's Atari settings). The deep
-        agent's learner is its limit, and its layouts measured within 11 % of
-        each other; this one was among the fastest for both."""
-        return dict(THROUGHPUT_LAYOUT)
 
     def environment_class(
         self,

@@ -257,3 +257,30 @@ def test_random_policy_takes_the_action_set_of_the_run_it_stands_for(tmp_path):
         assert len(record["returns"]) == 2
         counts[name] = record["num_actions"]
     assert counts == {"alone": 4, "run": 10}
+
+
+def test_train_until_notes_the_first_frames_and_minutes_of_each_mean():
+    import train_until
+
+    curve = train_until.Curve(window=2, thresholds=[0, -20])
+    lines = [
+        "I1204 19:48:36.6 1 progress.py:109] frames 87,040 / 60,000,000 (0.1 %)",
+        "I1204 19:48:37.0 1 progress.py:152] Episode on atari/pong: return -21.0, 4 frames",
+        "I1204 19:48:38.0 1 progress.py:152] Episode on atari/pong: return -19.0, 4 frames",
+        "I1204 19:48:46.6 1 progress.py:109] frames 176,640 / 60,000,000 (0.3 %)",
+        "I1204 19:48:47.0 1 progress.py:152] Episode on atari/pong: return 1.0, 4 frames",
+        "I1204 19:48:48.0 1 progress.py:152] Episode on atari/pong: return 3.0, 4 frames",
+    ]
+    crossed = [curve.line(text, 60.0 * i) for i, text in enumerate(lines)]
+    # -20 at the second episode (mean -20 of a full window), 0 at the fourth.
+    assert crossed == [False, False, True, False, False, True]
+    record = curve.record()
+    assert record["reached"] == {
+        "-20": dict(frames=87040, minutes=2.0),
+        "0": dict(frames=176640, minutes=5.0),
+    }
+    assert (record["episodes"], record["last_mean"], record["best_mean"]) == (
+        4,
+        2.0,
+        2.0,
+    )

@@ -104,16 +104,17 @@ def fallback_flags(monkeypatch, *args: str):
 
     monkeypatch.setitem(sys.modules, "deepmind_lab", None)
     f = experiment.parse_flags(["experiment.py", *args])
-    experiment.apply_fallback_settings(f)
+    experiment.apply_family_defaults(f)
     return f
 
 
 def flag_file_values(f) -> dict:
-    """The fallback flag file's values, parsed as its flags parse them."""
+    """Atari's default flag file's values (the fallback's family), parsed as
+    its flags parse them."""
     import config as config_lib
-    import environments
+    from families import atari
 
-    values = config_lib.read_flag_file(environments.FALLBACK_FLAGFILE)
+    values = config_lib.read_flag_file(atari.FAMILY.default_flagfiles[0])
     return {name: f[name].parser.parse(value) for name, value in values.items()}
 
 
@@ -126,9 +127,9 @@ def test_the_default_run_without_deepmind_lab_has_the_tested_pong_commands_setti
     caplog.set_level(logging.WARNING, logger="absl")
     f = fallback_flags(monkeypatch)
     expected = flag_file_values(f)
+    assert expected.pop("level_name") == "atari/pong" and len(expected) >= 10
     assert {name: f[name].value for name in expected} == expected
-    assert expected["level_name"] == "atari/pong" and len(expected) >= 10
-    config = experiment.config_from_flags(f)
+    config = experiment.config_from_flags(f, experiment.apply_family_defaults(f))
     assert config.environment.level_name == "atari/pong"
     assert config.agent.torso == expected["agent"]
     assert config.run.num_actors == expected["num_actors"]
@@ -137,12 +138,12 @@ def test_the_default_run_without_deepmind_lab_has_the_tested_pong_commands_setti
     assert (
         config.learner.total_environment_frames == expected["total_environment_frames"]
     )
-    (warning,) = [
-        r.getMessage() for r in caplog.records if "Settings:" in r.getMessage()
-    ]
+    (warning,) = [r.getMessage() for r in caplog.records]
     assert "DeepMind Lab is not installed" in warning
-    assert f"Settings: {environments.FALLBACK_FLAGFILE}, the tested Pong" in warning
-    assert f"it ends at {expected['total_environment_frames']:,} frames" in warning
+    assert f"using {environments.FALLBACK_LEVEL!r} instead" in warning
+    summary = config.summary()
+    assert "Atari's defaults from flagfiles/pong_shallow_4x32.cfg" in summary
+    assert f"{expected['total_environment_frames']:,} frames" in summary
     experiment.parse_flags(["experiment.py"])
 
 
@@ -157,12 +158,8 @@ def test_a_command_line_flag_wins_over_the_fallbacks_settings(monkeypatch):
     experiment.parse_flags(["experiment.py"])
 
 
-@pytest.mark.parametrize(
-    "args", [["--level_name=atari/pong"], ["--mode=test"], ["--task=0"]]
-)
-def test_no_fallback_settings_for_a_named_level_test_mode_or_a_cluster_task(
-    monkeypatch, args
-):
+@pytest.mark.parametrize("args", [["--mode=test"], ["--task=0"]])
+def test_no_fallback_settings_for_test_mode_or_a_cluster_task(monkeypatch, args):
     import experiment
 
     f = fallback_flags(monkeypatch, *args)
@@ -180,7 +177,7 @@ def test_with_deepmind_lab_the_default_stays_the_references(monkeypatch):
 
     DeepMindLab(STANDIN).in_process(monkeypatch)
     f = experiment.parse_flags(["experiment.py", "--level_cache_dir="])
-    experiment.apply_fallback_settings(f)
+    assert experiment.apply_family_defaults(f) is None
     config = experiment.config_from_flags(f)
     assert config.environment.level_name == environments.DEFAULT_LEVEL
     assert (config.run.num_actors, config.learner.batch_size) == (4, 2)
@@ -197,7 +194,7 @@ def test_the_default_run_ends_with_its_summary_and_the_test_command(tmp_path):
     evaluate it. Without DeepMind Lab it trains on atari/pong after one
     warning that says where DeepMind Lab comes from (with DeepMind Lab, on
     its stand-in, dmlab_standin_test)."""
-    import environments
+    from families import atari
     from families.contract import importable
 
     if importable("deepmind_lab"):
@@ -220,16 +217,19 @@ def test_the_default_run_ends_with_its_summary_and_the_test_command(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert re.search(
-        r"DeepMind Lab is not installed.*Settings: "
-        + re.escape(environments.FALLBACK_FLAGFILE)
-        + r", the tested Pong command \(flags on the command line win\); it ends "
-        r"at 2,000 frames\.",
+        r"DeepMind Lab is not installed.*using 'atari/pong' instead",
         result.stderr,
     ), result.stderr[-3000:]
     warnings = [ln for ln in result.stderr.splitlines() if "is not installed" in ln]
     assert len(warnings) == 1 and "google-deepmind/lab" in warnings[0], warnings
     (training,) = re.findall(r"\] Training (?!done).*", result.stderr)
     assert "Training atari/pong" in training, training
+    assert "2,000 frames" in training, training
+    assert (
+        f"Atari's defaults from {atari.FAMILY.default_flagfiles[0]}, its tested "
+        "command, for the flags not given: --unroll_length=20" in training
+    ), training
+    assert "--agent=shallow" not in training  # given: not the family's
     done = re.search(
         r"Training done: (\d+) environment frames, \d+ episodes in [^;]+; "
         r"mean return of the last \d+ episodes: (-?[\d.]+|none yet)\. Checkpoint and TensorBoard "
