@@ -123,10 +123,18 @@ def main(argv: list[str] | None = None) -> int:
         child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     stopped = None
     write()
+    # SIGINT or SIGTERM to this script stops the run the same way, so that
+    # the record still ends with what it had shown.
+    told = []
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda n, _: told.append(signal.Signals(n).name))
     with open(args.log, errors="replace") as reader:
         while True:
             text = reader.readline()
             seconds = time.time() - start
+            if told and stopped is None:
+                stopped = f"{told[0]} to train_until.py"
+                child.send_signal(signal.SIGINT)
             if not text:
                 if child.poll() is not None:
                     break
