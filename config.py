@@ -289,13 +289,11 @@ def read_flag_file(path: str) -> dict[str, str]:
     return values
 
 
-def learners_problem(
-    num_learners: int, num_actors: int, num_gpus: int | None
-) -> str | None:
-    """The flag error for --num_learners with `num_actors` actors, or None.
-    `num_gpus`: the GPUs single-machine training has for the towers (one
-    each); None for a cluster task, whose learners are its learner tasks
-    (ClusterConfig.learners_problem checks their number)."""
+def learners_problem(num_learners: int, num_actors: int, num_gpus: int) -> str | None:
+    """The flag error for single-machine training's --num_learners with
+    `num_actors` actors and `num_gpus` GPUs for the towers (one each), or
+    None. A cluster's learner tasks are checked against its own task lists
+    (cluster.ClusterConfig.learner_tasks_problem)."""
     if num_learners > num_actors:
         return (
             f"--num_learners={num_learners}: more learners than the "
@@ -303,7 +301,7 @@ def learners_problem(
             f"N, so learners {num_actors}..{num_learners - 1} would wait "
             f"forever); use --num_learners={num_actors} or fewer, or more actors."
         )
-    if num_gpus is not None and num_learners > 1 and num_gpus < num_learners:
+    if num_learners > 1 and num_gpus < num_learners:
         return (
             f"--num_learners={num_learners}: single-machine training puts each "
             f"learner on a GPU of its own and TensorFlow sees {num_gpus} GPU(s) "

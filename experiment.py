@@ -319,8 +319,10 @@ def config_from_flags(
         choices.append(ONEDNN_CHOICE)
     if warning := cpu_features.bfloat16_warning(torso_dtype, cpu):
         logging.warning(warning)
-    if f.mode == "train":  # one GPU a learner on one machine; else learner tasks
-        gpus = None if cluster_task else len(tf.config.list_physical_devices("GPU"))
+    # One GPU a learner on one machine; a cluster's learner tasks and actor
+    # tasks are checked against its own lists (cluster_config_from_flags).
+    if f.mode == "train" and not cluster_task and f.task < 0:
+        gpus = len(tf.config.list_physical_devices("GPU"))
         if problem := config_lib.learners_problem(
             f.num_learners, layout["num_actors"], gpus
         ):
@@ -429,7 +431,7 @@ def cluster_config_from_flags(f: flags.FlagValues) -> addresses.ClusterConfig | 
         )
     except ValueError as e:
         raise FlagError(str(e)) from None
-    if cluster and (problem := cluster.learners_problem(f.num_learners)):
+    if cluster and (problem := cluster.learner_tasks_problem(f.num_learners)):
         raise FlagError(problem)
     return cluster
 

@@ -149,16 +149,27 @@ class ClusterConfig(NamedTuple):
         serves the chief's tower) or 'actor'."""
         return "chief" if self.is_chief else self.job_name
 
-    def learners_problem(self, num_learners: int) -> str | None:
+    def learner_tasks_problem(self, num_learners: int) -> str | None:
         """The flag error when --num_learners differs from the number of
-        learner tasks this cluster lists, or None."""
-        if num_learners == self.num_learners:
-            return None
-        return (
-            f"--num_learners={num_learners}: the cluster lists "
-            f"{self.num_learners} learner task(s); start every task with "
-            f"--num_learners={self.num_learners}."
-        )
+        learner tasks this cluster lists, or when the cluster has fewer actor
+        tasks than learner tasks (actor j feeds learner j mod N: a learner
+        with no actor would hold every update up forever); or None."""
+        if num_learners != self.num_learners:
+            return (
+                f"--num_learners={num_learners}: the cluster lists "
+                f"{self.num_learners} learner task(s); start every task with "
+                f"--num_learners={self.num_learners}."
+            )
+        if self.num_actors < self.num_learners:
+            return (
+                f"--num_learners={num_learners}: the cluster lists "
+                f"{self.num_learners} learner tasks but {self.num_actors} actor "
+                f"task(s), and actor j feeds learner j mod {self.num_learners}, so "
+                f"learner tasks {self.num_actors}..{self.num_learners - 1} would get "
+                f"no unroll and the update would wait forever; list at least "
+                f"{self.num_learners} actor tasks or fewer learner tasks."
+            )
+        return None
 
     @property
     def address(self) -> str:

@@ -16,6 +16,7 @@ actor stays blocked on one).
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 
 import numpy as np
@@ -286,6 +287,14 @@ def test_each_actor_feeds_only_its_learners_tower_and_every_queue_closes():
 
 # -- bad input: one line naming the flags, exit code 2, nothing written ------
 
+# A cluster of 3 learner tasks and 2 actor tasks: learner task 2 gets no actor.
+CLUSTER_ACTORS_MESSAGE = (
+    r"^--num_learners=3: the cluster lists 3 learner tasks but 2 actor task\(s\), "
+    r"and actor j feeds learner j mod 3, so learner tasks 2\.\.2 would get no "
+    r"unroll and the update would wait forever; list at least 3 actor tasks or "
+    r"fewer learner tasks\.$"
+)
+
 
 @pytest.mark.parametrize(
     "args,message",
@@ -315,8 +324,30 @@ def test_each_actor_feeds_only_its_learners_tower_and_every_queue_closes():
             ],
             r"^--task=2 is out of range for the learner: the cluster has 2 learner addresses, so use --task=0\.\.1",
         ),
+        *[
+            (
+                [
+                    "--num_learners=3",
+                    f"--job_name={job}",
+                    "--task=1",
+                    "--learner_host=localhost:1,localhost:2,localhost:3",
+                    "--actor_hosts=localhost:4,localhost:5",
+                    "--num_actors=2",
+                ],
+                CLUSTER_ACTORS_MESSAGE,
+            )
+            for job in ("learner", "actor")
+        ],
     ],
-    ids=["zero", "more-than-actors", "no-gpus", "cluster-mismatch", "task-outside"],
+    ids=[
+        "zero",
+        "more-than-actors",
+        "no-gpus",
+        "cluster-mismatch",
+        "task-outside",
+        "cluster-actors-learner-task",
+        "cluster-actors-actor-task",
+    ],
 )
 def test_bad_num_learners_is_one_line_and_exit_2_with_nothing_written(
     tmp_path, capsys, args, message
@@ -334,6 +365,37 @@ def test_bad_num_learners_is_one_line_and_exit_2_with_nothing_written(
         if line.startswith("experiment.py: error:")
     ]
     assert re.match(message, line[len("experiment.py: error: ") :]), line
+    assert not logdir.exists()
+
+
+@pytest.mark.parametrize("job,index", [("learner", 0), ("learner", 2), ("actor", 1)])
+def test_tf_config_with_fewer_actor_tasks_than_learner_tasks_is_refused_on_every_task(
+    tmp_path, capsys, monkeypatch, job, index
+):
+    """The cluster's own actor count, not --num_actors (4 by default)."""
+    monkeypatch.setenv(
+        "TF_CONFIG",
+        json.dumps(
+            {
+                "cluster": {
+                    "learner": ["localhost:1", "localhost:2", "localhost:3"],
+                    "actor": ["localhost:4", "localhost:5"],
+                },
+                "task": {"type": job, "index": index},
+            }
+        ),
+    )
+    logdir = tmp_path / "run"
+    code = run_command_line(
+        "--level_name=atari/pong", f"--logdir={logdir}", "--num_learners=3"
+    )
+    assert code == 2
+    (line,) = [
+        line
+        for line in capsys.readouterr().err.splitlines()
+        if line.startswith("experiment.py: error:")
+    ]
+    assert re.match(CLUSTER_ACTORS_MESSAGE, line[len("experiment.py: error: ") :])
     assert not logdir.exists()
 
 
