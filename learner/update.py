@@ -24,6 +24,7 @@ import contextlib
 import re
 from collections.abc import Sequence
 
+import sonnet as snt
 import tensorflow as tf
 
 import agent as agent_lib
@@ -352,32 +353,29 @@ def _cpu_of(device: str | None) -> str:
 
 @contextlib.contextmanager
 def parameters_read_once(variables: Sequence[tf.Variable], device: str | None):
-    """Inside: every use of `variables` reads the value they had when the step
-    began from one read each, made for `device` (a tower's copy of the
-    parameters for this update).
+    """Inside: every use of `variables` by the agent's modules reads the value
+    they had when the step began from one read each, made for `device` (a
+    tower's copy of the parameters for this update).
 
     Otherwise each use of a resource variable reads it again: the agent's
     unroll uses the core's weights at each of its T + 1 steps, and when the
     variables live on another task (a tower on learner task k) or device
     (a tower on a GPU), each read is a transfer, 21 copies of the core per
-    update instead of one. TensorFlow's variables keep such a cached read for
-    their `caching_device`, one device fixed at creation; a tower sets its
-    own for the time it is built, which is what that argument does. The
-    gradients flow through the cached read to the variable as through any
-    read.
+    update instead of one. A variable's own `caching_device` is one device
+    fixed at creation; a tower needs its own, so Sonnet's public
+    `snt.custom_variable_getter` hands the modules the tower's reads instead
+    of the variables while the tower is built. The gradients flow through a
+    read to its variable as through any read.
     """
     if not variables:
         yield
         return
     with _device(device):
-        cached = [tf.identity(v.read_value(), name="tower_read") for v in variables]
-    for variable, value in zip(variables, cached, strict=True):
-        variable._cached_value = value  # noqa: SLF001 - see the docstring
-    try:
+        reads = {
+            v.ref(): tf.identity(v.read_value(), name="tower_read") for v in variables
+        }
+    with snt.custom_variable_getter(lambda v: reads.get(v.ref(), v)):
         yield
-    finally:
-        for variable in variables:
-            variable._cached_value = None  # noqa: SLF001
 
 
 def _made_variables(agent: agent_lib.Agent) -> tuple:
