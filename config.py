@@ -293,7 +293,7 @@ def learners_problem(num_learners: int, num_actors: int, num_gpus: int) -> str |
     """The flag error for single-machine training's --num_learners with
     `num_actors` actors and `num_gpus` GPUs for the towers (one each), or
     None. A cluster's learner tasks are checked against its own task lists
-    (cluster.ClusterConfig.learner_tasks_problem)."""
+    (cluster.ClusterConfig.task_counts_problem)."""
     if num_learners > num_actors:
         return (
             f"--num_learners={num_learners}: more learners than the "

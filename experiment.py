@@ -431,7 +431,7 @@ def cluster_config_from_flags(f: flags.FlagValues) -> addresses.ClusterConfig | 
         )
     except ValueError as e:
         raise FlagError(str(e)) from None
-    if cluster and (problem := cluster.learner_tasks_problem(f.num_learners)):
+    if cluster and (problem := cluster.task_counts_problem(f.num_learners)):
         raise FlagError(problem)
     return cluster
 

@@ -149,7 +149,7 @@ class ClusterConfig(NamedTuple):
         serves the chief's tower) or 'actor'."""
         return "chief" if self.is_chief else self.job_name
 
-    def learner_tasks_problem(self, num_learners: int) -> str | None:
+    def task_counts_problem(self, num_learners: int) -> str | None:
         """The flag error when --num_learners differs from the number of
         learner tasks this cluster lists, or when the cluster has fewer actor
         tasks than learner tasks (actor j feeds learner j mod N: a learner

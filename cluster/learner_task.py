@@ -164,6 +164,41 @@ def serve(
     logging.info("Learner task %d: the chief has exited; exiting.", task)
 
 
+def wait_for_learner_tasks(
+    cluster_config: addresses.ClusterConfig,
+    shutdown: ShutdownRequest,
+    poll_secs: float = 1.0,
+) -> bool:
+    """Waits until every learner task but the chief listens; False when a
+    signal (SIGINT/SIGTERM) came first.
+
+    The chief's session names every learner task in its device filters, and
+    TensorFlow's session creation waits for all of them in C++, where no
+    signal handler of ours runs: a chief started before the others would
+    stay there, deaf to SIGTERM, for as long as one is missing. So it waits
+    here first, saying which tasks it waits for at once and then every
+    PROGRESS_SECS, and a signal ends the wait at once.
+    """
+    others = dict(enumerate(cluster_config.learner_hosts[1:], start=1))
+    start = time.monotonic()
+    next_log = start
+    while True:
+        waiting = {k: h for k, h in others.items() if not addresses.reachable(h)}
+        if not waiting:
+            return True
+        now = time.monotonic()
+        if now >= next_log:
+            logging.info(
+                "Learner task 0: waiting for learner task(s) %s (%.0f s so far); "
+                "start each with --job_name=learner --task=K and this cluster.",
+                ", ".join(f"{k} at {host}" for k, host in waiting.items()),
+                now - start,
+            )
+            next_log = now + progress.PROGRESS_SECS
+        if shutdown.wait(poll_secs):
+            return False
+
+
 def run(
     config: Config,
     cluster_config: addresses.ClusterConfig,
@@ -188,6 +223,12 @@ def run(
         cluster_config.address,
         config.summary(num_actors=cluster_config.num_actors),
     )
+    if not wait_for_learner_tasks(cluster_config, shutdown):
+        logging.info(
+            "Learner task 0: stopped by a signal while waiting for the other "
+            "learner tasks; nothing to checkpoint yet."
+        )
+        return
     with tf.Graph().as_default():
         tf.compat.v1.set_random_seed(config.run.seed)
         ops = build_learner_task(cluster_config, specs, config)

@@ -17,7 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
+import signal
+import subprocess
+import time
 
 import numpy as np
 import pytest
@@ -406,3 +410,54 @@ def test_the_progress_line_shows_each_learners_queue():
     assert progress.queue_text(np.array([1, 0], np.int32)) == "queues 1,0"
     line = progress.progress_line(800, 10**6, 80.0, 1.0, [], np.array([0, 1]))
     assert line.endswith("| queues 0,1"), line
+
+
+@pytest.mark.parametrize("signum,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_chief_waiting_for_its_learner_tasks_says_so_and_stops_at_a_signal(
+    tmp_path, signum, code
+):
+    """The chief of 2 learner tasks, started alone: it names the task it
+    waits for, and a signal ends it at once with 128 + the signal (nothing
+    to checkpoint yet), instead of it waiting in TensorFlow's session
+    creation, deaf to signals, for a task that never comes."""
+    from run_helpers import command
+
+    from cluster import addresses
+
+    ports = addresses.pick_free_ports(4)
+    learners = f"127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}"
+    actors = f"127.0.0.1:{ports[2]},127.0.0.1:{ports[3]}"
+    log_path = tmp_path / "chief.log"
+    with open(log_path, "wb") as log:
+        chief = subprocess.Popen(
+            command(
+                "--job_name=learner",
+                "--task=0",
+                "--num_learners=2",
+                f"--learner_host={learners}",
+                f"--actor_hosts={actors}",
+                "--num_actors=2",
+                "--level_name=atari/pong",
+                "--agent=shallow",
+                f"--logdir={tmp_path / 'run'}",
+            ),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={k: v for k, v in os.environ.items() if k != "TF_CONFIG"},
+        )
+    waiting = f"waiting for learner task(s) 1 at 127.0.0.1:{ports[1]} ("
+    try:
+        # The event, with a deadline only against a hang: the line.
+        deadline = time.monotonic() + 300
+        while waiting not in log_path.read_text(errors="replace"):
+            assert chief.poll() is None, log_path.read_text()[-3000:]
+            assert time.monotonic() < deadline, log_path.read_text()[-3000:]
+            time.sleep(0.2)
+        chief.send_signal(signum)
+        assert chief.wait(timeout=120) == code, log_path.read_text()[-3000:]
+    finally:
+        if chief.poll() is None:
+            chief.kill()
+    text = log_path.read_text(errors="replace")
+    assert "stopped by a signal while waiting for the other learner tasks" in text
+    assert "Traceback" not in text
