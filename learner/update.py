@@ -116,10 +116,17 @@ def sum_tower_gradients(
     tower_losses: Sequence[tf.Tensor],
     variables: list,
     devices: Sequence[str | None],
-) -> list[tf.Tensor]:
+) -> list[tf.Tensor | tf.IndexedSlices]:
     """d(sum of tower_losses)/d(variables), tower i's part computed on
     devices[i] and the parts added where each variable lives (one transfer of
-    each tower's gradients, none of its activations)."""
+    each tower's gradients, none of its activations).
+
+    A variable that the towers use sparsely (an embedding's lookups: its
+    gradients are tf.IndexedSlices) gets their rows side by side, still
+    sparse: what one learner on all the towers' batches gets, so the
+    optimiser updates only the rows used, slots included, and the global
+    norm counts the same rows. A dense sum would decay every row's RMSProp
+    slot at every update."""
     per_tower = []
     for loss, device in zip(tower_losses, devices, strict=True):
         with _device(device):
@@ -130,9 +137,20 @@ def sum_tower_gradients(
             )
     summed = []
     for variable, parts in zip(variables, zip(*per_tower, strict=True), strict=True):
-        parts = [tf.convert_to_tensor(p) for p in parts if p is not None]
+        parts = [p for p in parts if p is not None]
         with tf.device(variable.device):
-            summed.append(tf.add_n(parts) if parts else None)
+            if not parts:
+                summed.append(None)
+            elif all(isinstance(p, tf.IndexedSlices) for p in parts):
+                summed.append(
+                    tf.IndexedSlices(
+                        tf.concat([p.values for p in parts], axis=0),
+                        tf.concat([p.indices for p in parts], axis=0),
+                        parts[0].dense_shape,
+                    )
+                )
+            else:
+                summed.append(tf.add_n([tf.convert_to_tensor(p) for p in parts]))
     return summed
 
 

@@ -76,6 +76,15 @@ def one_update(agent_config, learner_config, unrolls, num_towers, initial=None):
     statistics) after one update of `num_towers` towers, each on its own CPU
     device with an equal share of `unrolls`; and the initial values (given
     `initial`, the variables start from those)."""
+    states, start = updates(agent_config, learner_config, unrolls, num_towers, initial)
+    return states[0], start
+
+
+def updates(
+    agent_config, learner_config, unrolls, num_towers, initial=None, steps: int = 1
+):
+    """As one_update, for `steps` updates on the same unrolls: the variables
+    after each."""
     per_tower = len(unrolls) // num_towers
     config = dataclasses.replace(
         learner_config, batch_size=per_tower, num_learners=num_towers
@@ -102,8 +111,11 @@ def one_update(agent_config, learner_config, unrolls, num_towers, initial=None):
                     if v.op.name in initial:
                         v.load(initial[v.op.name], sess)
             start = {v.op.name: sess.run(v) for v in variables}
-            sess.run(learner.train_and_count)
-            return {v.op.name: sess.run(v) for v in variables}, start
+            states = []
+            for _ in range(steps):
+                sess.run(learner.train_and_count)
+                states.append({v.op.name: sess.run(v) for v in variables})
+            return states, start
 
 
 @pytest.mark.parametrize("use_lstm", [False, True], ids=["feed-forward", "lstm"])
@@ -135,6 +147,64 @@ def test_two_towers_update_as_one_learner_on_both_batches(use_lstm, popart):
         if name != "global_step" and not np.allclose(half[name], one[name], rtol=1e-4)
     ]
     assert differs
+
+
+WORDS = ("pick", "the", "red", "green", "blue", "key", "apple", "go", "to", "door")
+
+
+def with_instructions(specs, unrolls, seed: int = 0) -> list:
+    """`unrolls` with a sentence of 1-4 random words at every step (the
+    instructions, strings of shape [T + 1]; a level name is a scalar)."""
+    rng = np.random.default_rng(seed)
+
+    def sentence() -> bytes:
+        return " ".join(rng.choice(WORDS, rng.integers(1, 5))).encode()
+
+    def fill(spec, value):
+        if spec.dtype == tf.string and spec.shape.as_list():
+            return np.array(
+                [sentence() for _ in range(value.size)], dtype=object
+            ).reshape(value.shape)
+        return value
+
+    return [tf.nest.map_structure(fill, specs, u) for u in unrolls]
+
+
+@pytest.mark.parametrize("use_lstm", [False, True], ids=["feed-forward", "lstm"])
+@pytest.mark.parametrize("popart", [False, True], ids=["plain", "popart"])
+def test_two_towers_update_an_instruction_encoder_as_one_learner(use_lstm, popart):
+    """The DeepMind Lab agent's instruction encoder (a word embedding, whose
+    gradients are sparse: the rows of the words used) on a shallow torso:
+    two towers leave every variable and every optimiser slot as one learner
+    on both batches does, after one update and after three. A dense sum of
+    the towers' gradients would decay the RMSProp slots of the rows no
+    instruction used (and count other rows in the norm that clips)."""
+    agent_config, learner_config = configs(use_lstm, popart)
+    agent_config = dataclasses.replace(agent_config, use_instruction=True)
+    specs = actor_output_specs(small_config().environment, agent_config, UNROLL)
+    unrolls = with_instructions(
+        specs, random_unrolls(specs, 4, agent_config.num_actions, LEVELS)
+    )
+    one, start = updates(agent_config, learner_config, unrolls, 1, steps=3)
+    two, _ = updates(agent_config, learner_config, unrolls, 2, start, steps=3)
+    embedding_slots = [n for n in start if "instruction" in n and "rms" in n.lower()]
+    assert embedding_slots, sorted(start)
+    for step in (0, 2):
+        moved = [n for n in one[step] if not np.array_equal(one[step][n], start[n])]
+        assert set(embedding_slots) & set(moved), moved
+        for name in one[step]:
+            np.testing.assert_allclose(
+                two[step][name],
+                one[step][name],
+                rtol=2e-5,
+                atol=2e-6,
+                err_msg=f"{name} after {step + 1} update(s)",
+            )
+    # The rows of words no instruction used keep their initial mean square
+    # (1.0; the momentum slot starts at 0).
+    (table,) = [n for n in embedding_slots if "/embed/" in n and start[n].all()]
+    untouched = np.all(one[2][table] == start[table], axis=1)
+    assert untouched.any() and not untouched.all()
 
 
 def _consumer_devices(op: tf.Operation) -> set[int]:
