@@ -28,6 +28,8 @@ RUN = [
     f"--level_name={LEVELS}",
     "--agent=shallow",
     "--num_actors=2",
+    "--envs_per_actor=1",
+    "--envs_per_process=1",
     "--batch_size=2",
     "--unroll_length=20",
     "--popart",

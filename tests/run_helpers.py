@@ -23,6 +23,10 @@ SMALL = [
     "--level_name=atari/pong",
     "--agent=shallow",
     "--num_actors=2",
+    # One environment an actor: Atari's defaults (its flag file) would give
+    # each actor 32 games in one process.
+    "--envs_per_actor=1",
+    "--envs_per_process=1",
     "--batch_size=2",
     "--unroll_length=20",
 ]

@@ -25,6 +25,9 @@ from families import doom
 SMALL = [
     "--agent=shallow",
     "--num_actors=2",
+    # One environment an actor (ViZDoom's defaults give each actor 4).
+    "--envs_per_actor=1",
+    "--envs_per_process=1",
     "--batch_size=2",
     "--unroll_length=20",
     "--level_cache_dir=",
