@@ -23,7 +23,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 FLAG_SCRIPTS = {"experiment", "launch", "export_weights"}
-MAX_EXPERIMENT_LINES = 640
+MAX_EXPERIMENT_LINES = 590
 MIN_FAST_TESTS = 100
 
 
