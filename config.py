@@ -193,12 +193,12 @@ PER_LEVEL_SETTINGS = ("total_environment_frames", "learning_rate_decay_frames")
 
 
 def validate_flags(
-    f, family_flags: tuple = (), defaulted: dict[str, str] | None = None
+    f, family_flags: tuple = (), family_defaults: FamilyDefaults | None = None
 ) -> None:
     """Checks flag values (experiment.py's parsed flags, or any object with their
     names) before anything is built. `family_flags`: every family's
-    FamilyFlag, checked whatever the level; `defaulted`: flag -> the family
-    flag file that set it, named in the message of a value it set.
+    FamilyFlag, checked whatever the level; `family_defaults`: the values a
+    family's flag file set, whose file the message of such a value names.
 
     Raises:
       FlagError: with a one-line message naming the flag, the value and a fix.
@@ -206,8 +206,11 @@ def validate_flags(
 
     def require(ok: bool, flag: str, fix: str) -> None:
         if not ok:
-            source = (defaulted or {}).get(flag)
-            given = f" (from {source}, the level's family default)" if source else ""
+            given = (
+                f" (from {family_defaults.flagfile}, the level's family default)"
+                if family_defaults and flag in family_defaults.values
+                else ""
+            )
             raise FlagError(f"--{flag}={getattr(f, flag)}{given}: {fix}")
 
     require(f.batch_size > 0, "batch_size", "must be >= 1 (unrolls per update).")
@@ -344,14 +347,14 @@ class FamilyDefaults:
     values: dict[str, str]
     num_levels: int = 1
 
-    def describe(self, applied: dict[str, str]) -> str:
-        """The first log line's sentence for the `applied` defaults."""
-        shown = ", ".join(f"--{name}={value}" for name, value in applied.items())
+    def describe(self) -> str:
+        """The first log line's sentence for these defaults."""
+        shown = ", ".join(f"--{name}={value}" for name, value in self.values.items())
         levels = self.num_levels
         per_level = (
-            f" ({int(applied['total_environment_frames']) // levels:,} frames a "
+            f" ({int(self.values['total_environment_frames']) // levels:,} frames a "
             f"level x {levels} levels)"
-            if levels > 1 and "total_environment_frames" in applied
+            if levels > 1 and "total_environment_frames" in self.values
             else ""
         )
         return (
@@ -373,15 +376,15 @@ def family_defaults(
     i plays level i mod N) and as many environments in all as the file, or
     one an actor.
     """
-    files = getattr(family, "default_flagfiles", ())
+    files = {path: read_flag_file(path) for path in family.default_flagfiles}
     if not files:
         return None
-    chosen = files[0]
-    for path in files:
-        if agent is not None and read_flag_file(path).get("agent") == agent:
+    chosen = next(iter(files))
+    for path, file_values in files.items():
+        if agent is not None and file_values.get("agent") == agent:
             chosen = path
             break
-    values = read_flag_file(chosen)
+    values = files[chosen]
     values.pop("level_name", None)
     for name in PER_LEVEL_SETTINGS:
         if name in values and int(values[name]) > 0:

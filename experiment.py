@@ -219,14 +219,10 @@ define_family_flags()
 # -- from flags to a config ------------------------------------------------------
 
 
-def validate_flags(f) -> None:
-    """config.validate_flags with every family's flags and this run's family
-    defaults (apply_family_defaults), which its messages name."""
-    config_lib.validate_flags(f, tuple(_family_flags.values()), _family_defaulted)
-
-
-# Flags that apply_family_defaults set: name -> the family's flag file.
-_family_defaulted: dict[str, str] = {}
+def validate_flags(f, family_defaults: config_lib.FamilyDefaults | None = None) -> None:
+    """config.validate_flags with every family's flags; `family_defaults`:
+    what apply_family_defaults set, which its messages name."""
+    config_lib.validate_flags(f, tuple(_family_flags.values()), family_defaults)
 
 
 def apply_family_defaults(f: flags.FlagValues) -> config_lib.FamilyDefaults | None:
@@ -234,7 +230,6 @@ def apply_family_defaults(f: flags.FlagValues) -> config_lib.FamilyDefaults | No
     flag file (config.family_defaults) fill the flags not given; returns
     them, or None (test mode, a cluster task, a family without a file, a
     level name that config_from_flags will reject)."""
-    _family_defaulted.clear()
     if f.mode != "train" or f.task >= 0 or "TF_CONFIG" in os.environ:
         return None
     level_name, _ = environments.resolve_level_name(
@@ -256,7 +251,6 @@ def apply_family_defaults(f: flags.FlagValues) -> config_lib.FamilyDefaults | No
         if not f[name].present:
             f[name].parse(value)
             applied[name] = value
-            _family_defaulted[name] = defaults.flagfile
     return dataclasses.replace(defaults, values=applied)
 
 
@@ -303,9 +297,7 @@ def config_from_flags(
         f[name].present for name in ("job_name", "learner_host", "actor_hosts")
     )
     layout = {name: f[name].value for name in config_lib.LAYOUT_SETTINGS}
-    choices = (
-        [family_defaults.describe(family_defaults.values)] if family_defaults else []
-    )
+    choices = [family_defaults.describe()] if family_defaults else []
     if problem := family.envs_per_process_problem(
         layout["envs_per_process"], level_name
     ):
@@ -527,7 +519,7 @@ def run_mode(f: flags.FlagValues = FLAGS) -> int:
     shutdown = ShutdownRequest()
     try:
         family_defaults = apply_family_defaults(f)
-        validate_flags(f)
+        validate_flags(f, family_defaults)
         config = config_from_flags(f, family_defaults)
         if config.run.mode == "test":
             test_mode.test(config)

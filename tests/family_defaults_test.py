@@ -31,7 +31,7 @@ FLAG_DEFAULTS = dict(
 def flags_for(*args: str):
     f = experiment.parse_flags(["experiment.py", *args])
     defaults = experiment.apply_family_defaults(f)
-    experiment.validate_flags(f)
+    experiment.validate_flags(f, defaults)
     return f, defaults
 
 
@@ -224,9 +224,9 @@ def test_a_default_that_a_given_flag_contradicts_is_one_error_naming_both(tmp_pa
             f"--logdir={tmp_path / 'run'}",
         ]
     )
-    experiment.apply_family_defaults(f)
+    defaults = experiment.apply_family_defaults(f)
     with pytest.raises(FlagError) as e:
-        experiment.validate_flags(f)
+        experiment.validate_flags(f, defaults)
     message = str(e.value)
     assert message.startswith(f"--envs_per_process=32 (from {ATARI}, the level's")
     assert "--envs_per_actor=4" in message and "use 1 or a divisor" in message
