@@ -399,3 +399,15 @@ def family_defaults(
             envs_per_process=str(per_actor),
         )
     return FamilyDefaults(family.name, chosen, values, num_levels)
+
+
+def fill_family_defaults(f, defaults: FamilyDefaults) -> FamilyDefaults:
+    """Parses each of `defaults.values` into the flag of `f` (absl's
+    FlagValues) that was not given; returns `defaults` with the values it
+    set, which is what the first line names."""
+    applied = {}
+    for name, value in defaults.values.items():
+        if not f[name].present:
+            f[name].parse(value)
+            applied[name] = value
+    return dataclasses.replace(defaults, values=applied)

@@ -14,8 +14,8 @@ docs/adding-an-environment.md.
   proxy whose class has `initial()` and `step(action)`) into TensorFlow ops
   with episode bookkeeping (`StepOutput`).
 - Level names: `family_of`, `expand_level_names`, `num_actions`,
-  `has_instructions`, `resolve_level_name` (the default level and its
-  fallback), `suite_scores`, `level_score`.
+  `has_instructions`, `resolve_levels` (with `resolve_level_name`: the
+  default level and its fallback), `suite_scores`, `level_score`.
 - Processes: `create_environment` (one environment in a process) and
   `create_environment_vector` (several in one process), with a family's own
   options or a run's (`run_options`).
@@ -255,6 +255,27 @@ def resolve_level_name(
 def default_level_available() -> bool:
     """Whether the default level's family is installed here."""
     return family_of(DEFAULT_LEVEL).available()
+
+
+def resolve_levels(
+    level_name: str, is_default: bool, is_test: bool = False
+) -> tuple[str, list[str], str | None]:
+    """(the level name to run, the names it expands to, a warning or None)
+    for `--level_name=level_name`; `is_default`: the flag was not given (the
+    default falls back where its family is missing: resolve_level_name).
+
+    Raises:
+      ValueError: an unknown name, or a level whose family is not installed
+        here (the family's own message, saying how to install it).
+    """
+    level_name, warning = resolve_level_name(
+        level_name, is_default, default_level_available()
+    )
+    level_names = expand_level_names(level_name, is_test)
+    family = family_of(level_name)
+    if not family.available():
+        raise ValueError(family.not_available_message(level_name))
+    return level_name, level_names, warning
 
 
 def expand_level_names(level_name: str, is_test: bool = False) -> list[str]:

@@ -1,22 +1,11 @@
-"""IMPALA: flags, and the wiring of training, test mode and cluster tasks.
+"""IMPALA: the flags, and the wiring of training, test mode and cluster tasks.
 
-Reads top to bottom: the flags; `validate_flags` and `config_from_flags`,
-which turn them into one frozen `config.Config` (the only place a flag is
-read); `train`, single-machine training; `run_training`, which picks
-single-machine training or this process's cluster task; `run_mode` and
-`main`. Test mode is evaluation/test_mode.py.
-
-Single-machine training (--task=-1): every actor is a Python thread of this
-process that runs its own `enqueue` op in a loop (actor/runner.py); each unroll
-steps the actor's environments (--envs_per_actor, 1 by default), each in its
-own child process (py_process.py) or --envs_per_process of them to a process
-(families/vector.py). The learner
-dequeues `batch_size` unrolls, stages them (one step of policy lag), unrolls
-the agent over them and applies one RMSProp update with the V-trace loss
-(learner/: pipeline.py, loss.py, update.py, loop.py); with --num_learners=N,
-N towers (a GPU, a queue and a batch each) make that one update. The session is
-in-process: no TensorFlow server, so no network port. Cluster tasks
-(--job_name, --task >= 0) are in cluster/.
+Reads top to bottom: the flags; `apply_family_defaults`, `validate_flags` and
+`config_from_flags`, which turn them into one frozen `config.Config` (the only
+place a flag is read); `run_training`, which starts single-machine training
+(single_machine/training.py: the actors are threads of this process, no
+network port) or this process's cluster task (cluster/, --job_name and
+--task >= 0); `run_mode` and `main`. Test mode is evaluation/test_mode.py.
 """
 
 import dataclasses
@@ -36,17 +25,13 @@ ONEDNN_CHOICE = cpu_features.default_onednn(os.environ, platform.machine())
 # device choice itself. Set TF_CPP_MIN_LOG_LEVEL=0 to see everything.
 tf_logging.import_tensorflow_quietly()
 
-import tensorflow as tf
 from absl import app, flags, logging
 
 import agent as agent_lib
 import config as config_lib
 import environments
 import py_process
-from actor import runner
-from actor.supervisor import EnvironmentRestarts
-from actor.unroll import actor_output_specs
-from cluster import actor_task, addresses, learner_task, servers
+from cluster import actor_task, addresses, learner_task, ports, servers, spec
 from cluster.state import exit_cluster_task
 from config import (
     AgentConfig,
@@ -55,14 +40,14 @@ from config import (
     LearnerConfig,
     RunConfig,
 )
-from evaluation import test_mode
+from evaluation import checkpoint_agent, test_mode
 from families.contract import FamilyFlag
-from learner import loop, pipeline, progress
 from learner.loss import REWARD_CLIPPINGS
 from learner.update import OPTIMIZERS
 from runtime import checkpoints, sessions
 from runtime.errors import FlagError, TrainingError
 from runtime.shutdown import ShutdownRequest
+from single_machine import training
 
 # -- flags ---------------------------------------------------------------------
 
@@ -228,54 +213,34 @@ def validate_flags(f, family_defaults: config_lib.FamilyDefaults | None = None) 
 def apply_family_defaults(f: flags.FlagValues) -> config_lib.FamilyDefaults | None:
     """Single-machine training: the values of the level's family's tested
     flag file (config.family_defaults) fill the flags not given; returns
-    them, or None (test mode, a cluster task, a family without a file, a
-    level name that config_from_flags will reject)."""
+    those it set, or None (test mode, a cluster task, a family without a
+    file, a level name that config_from_flags will reject)."""
     if f.mode != "train" or f.task >= 0 or "TF_CONFIG" in os.environ:
         return None
-    level_name, _ = environments.resolve_level_name(
-        f.level_name,
-        not f["level_name"].present,
-        environments.default_level_available(),
-    )
     try:
-        num_levels = len(environments.expand_level_names(level_name))
-        family = environments.family_of(level_name)
+        level_name, level_names, _ = environments.resolve_levels(
+            f.level_name, not f["level_name"].present
+        )
     except ValueError:
         return None
     agent = f.agent if f["agent"].present else None
-    defaults = config_lib.family_defaults(family, agent, num_levels)
-    if defaults is None:
-        return None
-    applied = {}
-    for name, value in defaults.values.items():
-        if not f[name].present:
-            f[name].parse(value)
-            applied[name] = value
-    return dataclasses.replace(defaults, values=applied)
+    family = environments.family_of(level_name)
+    defaults = config_lib.family_defaults(family, agent, len(level_names))
+    return defaults and config_lib.fill_family_defaults(f, defaults)
 
 
 def resolve_levels(f: flags.FlagValues) -> tuple[str, list[str]]:
-    """Returns (level name, expanded level names) for the flags.
-
-    Raises:
-      FlagError: unknown level, or a level whose family is not installed.
-    """
-    level_name, warning = environments.resolve_level_name(
-        f.level_name,
-        not f["level_name"].present,
-        environments.default_level_available(),
-    )
-    if warning:
-        logging.warning(warning)
+    """(level name, expanded level names) for the flags, logging the default
+    level's fallback. Raises FlagError: an unknown level, or a level whose
+    family is not installed."""
     try:
-        level_names = environments.expand_level_names(
-            level_name, is_test=f.mode == "test"
+        level_name, level_names, warning = environments.resolve_levels(
+            f.level_name, not f["level_name"].present, is_test=f.mode == "test"
         )
     except ValueError as e:
         raise FlagError(str(e)) from None
-    family = environments.family_of(level_name)
-    if not family.available():
-        raise FlagError(family.not_available_message(level_name))
+    if warning:
+        logging.warning(warning)
     return level_name, level_names
 
 
@@ -292,54 +257,33 @@ def config_from_flags(
     """
     level_name, level_names = resolve_levels(f)
     family = environments.family_of(level_name)
-    torso, use_lstm = agent_settings(f)
+    torso, use_lstm, num_values = agent_settings(f, len(level_names))
     cluster_task = "TF_CONFIG" in os.environ or any(
         f[name].present for name in ("job_name", "learner_host", "actor_hosts")
     )
-    layout = {name: f[name].value for name in config_lib.LAYOUT_SETTINGS}
     choices = [family_defaults.describe()] if family_defaults else []
-    if problem := family.envs_per_process_problem(
-        layout["envs_per_process"], level_name
-    ):
+    if problem := family.envs_per_process_problem(f.envs_per_process, level_name):
         raise FlagError(problem)
     num_actions = environments.num_actions(level_names)
-    cpu = cpu_features.cpu_flags()
-    torso_dtype, why = cpu_features.choose_torso_dtype(f.torso_dtype, cpu)
-    if why:
-        choices.append(why)
-    if ONEDNN_CHOICE:
-        choices.append(ONEDNN_CHOICE)
-    if warning := cpu_features.bfloat16_warning(torso_dtype, cpu):
+    torso_dtype, why, warning = cpu_features.torso_dtype_for_this_cpu(f.torso_dtype)
+    choices += [note for note in (why, ONEDNN_CHOICE) if note]
+    if warning:
         logging.warning(warning)
-    # One GPU a learner on one machine; a cluster's learner tasks and actor
-    # tasks are checked against its own lists (cluster_config_from_flags).
-    if f.mode == "train" and not cluster_task and f.task < 0:
-        gpus = len(tf.config.list_physical_devices("GPU"))
-        if problem := config_lib.learners_problem(
-            f.num_learners, layout["num_actors"], gpus
+    if f.mode == "train" and not cluster_task:
+        # One GPU a learner on one machine; a cluster's learner tasks and
+        # actor tasks are checked against its own (cluster_config_from_flags).
+        gpus = sessions.num_gpus() if f.task < 0 else None
+        if gpus is not None and (
+            problem := config_lib.learners_problem(f.num_learners, f.num_actors, gpus)
         ):
             raise FlagError(problem)
-    if f.mode == "train" and not cluster_task:
         if warning := config_lib.unplayed_levels_warning(
-            level_name, len(level_names), layout["num_actors"]
+            level_name, len(level_names), f.num_actors
         ):
             logging.warning(warning)
     options = family.options({flag.name: f[flag.name].value for flag in family.flags})
-    num_values = popart_values(f, len(level_names))
     return Config(
-        run=RunConfig(
-            mode=f.mode,
-            logdir=f.logdir,
-            num_actors=layout["num_actors"],
-            envs_per_actor=layout["envs_per_actor"],
-            envs_per_process=layout["envs_per_process"],
-            seed=f.seed,
-            save_checkpoint_secs=f.save_checkpoint_secs,
-            dynamic_batching=f.dynamic_batching,
-            test_num_episodes=f.test_num_episodes,
-            test_video_dir=f.test_video_dir,
-            choices=tuple(choices),
-        ),
+        run=from_flags(f, RunConfig, choices=tuple(choices)),
         environment=EnvironmentConfig(
             level_name=level_name,
             level_names=tuple(level_names),
@@ -356,69 +300,54 @@ def config_from_flags(
             use_lstm=use_lstm,
             num_values=num_values,
         ),
-        learner=LearnerConfig(
-            batch_size=layout["batch_size"],
-            unroll_length=layout["unroll_length"],
+        learner=from_flags(
+            f,
+            LearnerConfig,
             popart=bool(num_values) and f.mode == "train",
             level_names=tuple(level_names),
-            **{  # The other fields, named as the flags they come from.
-                n: f[n].value
-                for n in (field.name for field in dataclasses.fields(LearnerConfig))
-                if n in f and n not in ("batch_size", "unroll_length", "popart")
-            },
         ),
     )
 
 
-def agent_settings(f: flags.FlagValues) -> tuple[str, bool]:
-    """(--agent, --use_lstm); in test mode, either one not on the command line
-    is what the checkpoint in --logdir holds, so weights evaluate without
-    repeating their flags (pretrained/atari_pong is shallow; --agent's
-    default is deep)."""
-    torso, use_lstm = f.agent, f.use_lstm
-    if f.mode == "test":
-        saved_torso, saved_lstm = checkpoints.saved_agent(f.logdir, agent_lib.TORSOS)
-        if not f["agent"].present and saved_torso is not None:
-            torso = saved_torso
-        if not f["use_lstm"].present and saved_lstm is not None:
-            use_lstm = saved_lstm
-        if (torso, use_lstm) != (f.agent, f.use_lstm):
-            logging.info(
-                "--mode=test: evaluating the checkpoint in %s with the agent it "
-                "holds: --agent=%s --use_lstm=%s.",
-                f.logdir,
-                torso,
-                str(use_lstm).lower(),
-            )
-    return torso, use_lstm
+def from_flags(f: flags.FlagValues, kind: type, **others):
+    """The dataclass `kind` with each field named as a flag from that flag,
+    the rest from `others`."""
+    fields = (field.name for field in dataclasses.fields(kind))
+    return kind(
+        **{n: f[n].value for n in fields if n in f and n not in others}, **others
+    )
 
 
-def popart_values(f: flags.FlagValues, num_levels: int) -> int:
-    """The value head's width: 0 without --popart, else one per level; test
-    mode without --popart reads it from the checkpoint (values unused)."""
-    if f.mode == "test" and not f["popart"].present:
-        saved = checkpoints.saved_num_values(f.logdir)
-        return saved if saved and saved > 1 else 0
-    if f.mode == "test" and f.popart:
-        return checkpoints.saved_num_values(f.logdir) or num_levels
-    return num_levels if f.popart else 0
+def agent_settings(f: flags.FlagValues, num_levels: int) -> tuple[str, bool, int]:
+    """(--agent, --use_lstm, the value head's width: 0, or one per level with
+    --popart); test mode reads those not given from the checkpoint."""
+    if f.mode != "test":
+        return f.agent, f.use_lstm, num_levels if f.popart else 0
+    torso, use_lstm = checkpoint_agent.agent_settings(
+        f.logdir,
+        f.agent,
+        f.use_lstm,
+        torso_given=f["agent"].present,
+        lstm_given=f["use_lstm"].present,
+    )
+    num_values = checkpoint_agent.num_values(
+        f.logdir, f.popart, popart_given=f["popart"].present, num_levels=num_levels
+    )
+    return torso, use_lstm, num_values
 
 
-def cluster_config_from_flags(f: flags.FlagValues) -> addresses.ClusterConfig | None:
+def cluster_config_from_flags(f: flags.FlagValues) -> spec.ClusterConfig | None:
     """The cluster from the address flags or TF_CONFIG; None = single machine.
 
     Raises:
       FlagError: a malformed address, flags that contradict TF_CONFIG, or
         a --num_learners that is not the number of learner tasks.
     """
+    # resolve_cluster's arguments, in its order, and which of them were given.
     names = ("learner_host", "actor_hosts", "num_actors", "job_name", "task")
     try:
         cluster = addresses.resolve_cluster(
-            f.learner_host,
-            f.actor_hosts,
-            f.num_actors,
-            f.job_name,
-            f.task,
+            *(f[name].value for name in names),
             explicit_flags={name for name in names if f[name].present},
         )
     except ValueError as e:
@@ -428,72 +357,12 @@ def cluster_config_from_flags(f: flags.FlagValues) -> addresses.ClusterConfig | 
     return cluster
 
 
-# -- single-machine training -------------------------------------------------------
-
-
-def train(config: Config, shutdown: ShutdownRequest) -> None:
-    """Single-machine training until --total_environment_frames.
-
-    One graph: the agent, the queue, the learner's pipeline (which builds the
-    agent's variables) and `num_actors` actors whose inference shares the
-    learner's device, batched across actors when the op is built.
-    """
-    run, environment = config.run, config.environment
-    specs = actor_output_specs(environment, config.agent, config.learner.unroll_length)
-    logging.info("Training %s.", config.summary())
-    if config.learner.batch_size > run.num_actors * run.envs_per_actor:
-        logging.info(
-            "batch_size %d > %d environments: batches include consecutive "
-            "unrolls of the same environments.",
-            config.learner.batch_size,
-            run.num_actors * run.envs_per_actor,
-        )
-    with tf.Graph().as_default():
-        tf.compat.v1.set_random_seed(run.seed)
-        devices = sessions.learner_devices(config.learner.num_learners)
-        agent = agent_lib.create_agent(config.agent)
-        queues = [pipeline.create_queue(specs, learner=i) for i in range(len(devices))]
-        # The learner builds the agent's variables (in the main graph).
-        learner_pipeline = pipeline.build_learner_pipeline(
-            agent, queues, specs, config.learner, devices
-        )
-        inference_fn, _ = runner.make_inference_fn(
-            agent, devices[0], run.dynamic_batching, run.envs_per_actor
-        )
-        actor_list = runner.build_actors(
-            agent, environment, run, config.learner.unroll_length, queues, inference_fn
-        )
-        restarts = EnvironmentRestarts(
-            run.logdir, learner_pipeline.learner.num_env_frames
-        )
-        hooks = [
-            # Before PyProcessHook: its `end` must release the actors first.
-            runner.ActorRunnerHook(
-                [runner.ActorRunner(a, restarts, shutdown) for a in actor_list],
-                tf.group([q.close(cancel_pending_enqueues=True) for q in queues]),
-            ),
-            py_process.PyProcessHook(),
-        ]
-        num_environments = run.num_actors * run.envs_per_actor
-        result = loop.train_learner(
-            config,
-            learner_pipeline,
-            hooks,
-            shutdown,
-            session_config=sessions.session_config(True, num_environments),
-        )
-    if shutdown.requested:
-        shutdown.log_stop(result.num_env_frames, run.logdir)
-        return
-    logging.info(progress.done_line(result, run.logdir, environment.level_name))
-
-
 # -- the mode, and main --------------------------------------------------------------
 
 
 def run_training(
     config: Config,
-    cluster_config: addresses.ClusterConfig | None,
+    cluster_config: spec.ClusterConfig | None,
     shutdown: ShutdownRequest,
 ) -> None:
     """--mode=train: single-machine training, or this task of a cluster."""
@@ -501,12 +370,12 @@ def run_training(
         # Only the chief writes to --logdir: fail now, not at the first save.
         checkpoints.ensure_logdir(config.run.logdir)
     if cluster_config is None:
-        train(config, shutdown)
+        training.train(config, shutdown)
         return
     proto = servers.server_config(cluster_config, base=sessions.session_config())
     try:
         server = servers.start_server(cluster_config, proto)
-    except addresses.PortInUseError as e:
+    except ports.PortInUseError as e:
         raise FlagError(str(e)) from None
     run_task = dict(chief=learner_task.run, learner=learner_task.serve)
     run_task.get(cluster_config.role, actor_task.run)(

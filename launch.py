@@ -50,8 +50,8 @@ from collections.abc import Sequence
 
 from absl import app, flags
 
-from cluster import addresses
-from runtime import child_process
+from cluster import addresses, hosts, ports
+from runtime import child_main
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -256,7 +256,7 @@ class Launcher:
         self.signals.append(signum)
 
     def _addresses(self) -> tuple[str, str]:
-        learner, actors = addresses.local_cluster_hosts(
+        learner, actors = ports.local_cluster_hosts(
             FLAGS.num_actors, FLAGS.port_base, num_learners=FLAGS.num_learners
         )
         learner_host = FLAGS.learner_host or learner
@@ -274,8 +274,8 @@ class Launcher:
         for job, index, address in [
             ("learner", k, a) for k, a in enumerate(config.learner_hosts)
         ] + [("actor", i, a) for i, a in enumerate(config.actor_hosts)]:
-            _, port = addresses.parse_host_port(address)
-            if (err := addresses.port_in_use(port)) is not None:
+            _, port = hosts.parse_host_port(address)
+            if (err := ports.port_in_use(port)) is not None:
                 flag = "--learner_host" if job == "learner" else "--actor_hosts"
                 raise ValueError(
                     f"port {port} for {job} task {index} ({address}) is in use: "
@@ -308,7 +308,7 @@ class Launcher:
                 env=env,
                 start_new_session=True,
                 # SIGTERM to the task when launch.py dies (Linux).
-                preexec_fn=child_process.parent_death_signal_setter(
+                preexec_fn=child_main.parent_death_signal_setter(
                     signal.SIGTERM, os.getpid()
                 ),
             )

@@ -10,7 +10,7 @@ import py_process
 from config import EnvironmentConfig
 
 
-def create_environment(
+def create_flow_environment(
     level_name: str, seed: int, config: EnvironmentConfig, is_test: bool = False
 ) -> tuple[py_process.PyProcess, environments.FlowEnvironment]:
     """The level's environment process (not started) and its FlowEnvironment.
@@ -27,7 +27,7 @@ def create_environment(
     return process, environments.FlowEnvironment(process.proxy)
 
 
-def create_environments(
+def create_flow_environments(
     level_name: str, seeds: list[int], config: EnvironmentConfig, is_test: bool = False
 ) -> tuple[py_process.PyProcess, environments.FlowEnvironment]:
     """len(seeds) environments of the level in one process (not started) and
@@ -64,10 +64,12 @@ def actor_environments(
             f"{len(seeds)} environments."
         )
     if envs_per_process == 1:
-        made = [create_environment(level_name, s, config) for s in seeds]
+        made = [create_flow_environment(level_name, s, config) for s in seeds]
     else:
         made = [
-            create_environments(level_name, seeds[j : j + envs_per_process], config)
+            create_flow_environments(
+                level_name, seeds[j : j + envs_per_process], config
+            )
             for j in range(0, len(seeds), envs_per_process)
         ]
     processes, envs = zip(*made, strict=True)

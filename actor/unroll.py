@@ -212,6 +212,8 @@ def actor_output_specs(
     level_name = environment.level_names[0]
     with tf.Graph().as_default():
         scratch_agent = agent_lib.create_agent(agent)
-        _, env = actor_envs.create_environment(level_name, seed=0, config=environment)
+        _, env = actor_envs.create_flow_environment(
+            level_name, seed=0, config=environment
+        )
         output, _ = build_actor(scratch_agent, env, level_name, unroll_length)
         return tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), output)

@@ -121,7 +121,7 @@ def _build(agent_config, config, specs, num_actions: int):
     from learner_bench import random_unrolls
 
     from agent import create_agent
-    from cluster.addresses import learner_device
+    from cluster.spec import learner_task_device
     from learner import pipeline
     from runtime import sessions
 
@@ -132,7 +132,7 @@ def _build(agent_config, config, specs, num_actions: int):
     for k in range(num_learners):
         # The feeder's unrolls live on learner task k (outside the scope that
         # puts the agent's variables on task 0), so none crosses the network.
-        with tf.device(f"{learner_device(k)}/cpu:0"):
+        with tf.device(f"{learner_task_device(k)}/cpu:0"):
             # Room for two batches, so the feeder keeps ahead.
             queue = pipeline.create_queue(specs, 2 * batch_size, learner=k)
             held = []
@@ -154,11 +154,11 @@ def _build(agent_config, config, specs, num_actions: int):
             queues.append(queue)
     # As the chief of a cluster builds it (cluster/learner_task.py).
     with (
-        tf.device(learner_device()),
-        sessions.variables_on(f"{learner_device()}/cpu:0"),
+        tf.device(learner_task_device()),
+        sessions.variables_on(f"{learner_task_device()}/cpu:0"),
     ):
         agent = create_agent(agent_config)
-        devices = [learner_device(k) for k in range(num_learners)]
+        devices = [learner_task_device(k) for k in range(num_learners)]
         learner_pipeline = pipeline.build_learner_pipeline(
             agent, queues, specs, config, devices
         )
@@ -296,7 +296,7 @@ def measure(
     if network is not None:
         hosts = [f"{network.addresses[k]}:{PORT}" for k in range(num_learners)]
     else:
-        from cluster.addresses import pick_free_ports
+        from cluster.ports import pick_free_ports
 
         hosts = [f"127.0.0.1:{port}" for port in pick_free_ports(num_learners)]
     workdir = tempfile.mkdtemp(prefix="learner_tasks_bench_")

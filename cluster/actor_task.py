@@ -23,7 +23,7 @@ import py_process
 from actor.envs import actor_environments, actor_level_and_seeds
 from actor.supervisor import EnvironmentSupervisor
 from actor.unroll import build_vector_actor
-from cluster import addresses, servers
+from cluster import servers, spec
 from cluster.state import (
     ClusterState,
     build_agent_variables,
@@ -105,7 +105,7 @@ def copy_weights_op(source: agent_lib.Agent, target: agent_lib.Agent) -> tf.Oper
 
 
 def build_actor_task(
-    cluster_config: addresses.ClusterConfig, config: Config
+    cluster_config: spec.ClusterConfig, config: Config
 ) -> tuple[ActorTaskOps, tuple[py_process.PyProcess, ...]]:
     """This actor task's graph (call inside a fresh graph), and its
     environment processes (--envs_per_actor / --envs_per_process of them).
@@ -114,7 +114,7 @@ def build_actor_task(
     The queue, the global agent variables and the cluster state are declared
     on the learner with the names they have there, so they are the learner's.
     """
-    learner = addresses.learner_device()
+    learner = spec.learner_task_device()
     task = cluster_config.task
     level_name, seeds = actor_level_and_seeds(
         config.environment.level_names,
@@ -141,7 +141,7 @@ def build_actor_task(
             lambda t: tf.compat.v1.placeholder(t.dtype, t.shape), output
         )
     feeds = cluster_config.feeds_learner
-    with tf.device(addresses.learner_device(feeds)):
+    with tf.device(spec.learner_task_device(feeds)):
         queue = pipeline.create_queue(specs, learner=feeds)
         enqueue = queue.enqueue_many(tf.nest.flatten(placeholders))
     with tf.device(f"{learner}/cpu:0"):
@@ -180,7 +180,7 @@ def build_actor_task(
 
 def run(
     config: Config,
-    cluster_config: addresses.ClusterConfig,
+    cluster_config: spec.ClusterConfig,
     server,
     proto: tf.compat.v1.ConfigProto,
     shutdown: ShutdownRequest,
@@ -373,7 +373,7 @@ def _act(
     session,
     ops: ActorTaskOps,
     supervisor: EnvironmentSupervisor,
-    config: addresses.ClusterConfig,
+    config: spec.ClusterConfig,
     shutdown: ShutdownRequest,
 ) -> None:
     """Unrolls and enqueues until the learner finishes or goes away.
@@ -444,7 +444,7 @@ def _send_unroll(
     session,
     ops: ActorTaskOps,
     values,
-    config: addresses.ClusterConfig,
+    config: spec.ClusterConfig,
     shutdown: ShutdownRequest,
 ) -> bool:
     """Enqueues one unroll on the learner, retrying while the queue is full.

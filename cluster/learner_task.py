@@ -25,7 +25,7 @@ from absl import logging
 
 import agent as agent_lib
 from actor.unroll import actor_output_specs
-from cluster import addresses
+from cluster import ports, spec
 from cluster.state import (
     chief_learner_tasks,
     confirm_finished_op,
@@ -49,27 +49,27 @@ LearnerTaskOps = collections.namedtuple(
 
 
 def build_learner_task(
-    cluster_config: addresses.ClusterConfig, specs, config: Config
+    cluster_config: spec.ClusterConfig, specs, config: Config
 ) -> LearnerTaskOps:
     """The learner task's graph (call inside a fresh graph).
 
     Everything on /job:learner/task:0: the queue, the training pipeline (on
     its GPU when it has one) and every variable, pinned to its CPU.
     """
-    task_device = addresses.learner_device()
+    task_device = spec.learner_task_device()
     num_learners = cluster_config.num_learners
     with tf.device(task_device), sessions.variables_on(f"{task_device}/cpu:0"):
         agent = agent_lib.create_agent(config.agent)
         queues = []
         for i in range(num_learners):
-            with tf.device(addresses.learner_device(i)):
+            with tf.device(spec.learner_task_device(i)):
                 queues.append(pipeline.create_queue(specs, learner=i))
         # One learner: its GPU when it has one, as before. Several: tower i
         # on learner task i (its GPU, if any, by the placer's default).
         devices = (
             [sessions.learner_device()]
             if num_learners == 1
-            else [addresses.learner_device(i) for i in range(num_learners)]
+            else [spec.learner_task_device(i) for i in range(num_learners)]
         )
         learner_pipeline = pipeline.build_learner_pipeline(
             agent, queues, specs, config.learner, devices
@@ -100,7 +100,7 @@ def build_learner_task(
 
 def serve(
     config: Config,
-    cluster_config: addresses.ClusterConfig,
+    cluster_config: spec.ClusterConfig,
     server,
     proto: tf.compat.v1.ConfigProto,
     shutdown: ShutdownRequest,
@@ -119,7 +119,7 @@ def serve(
         cluster_config.learner_host,
     )
     with tf.Graph().as_default():
-        with tf.device(f"{addresses.learner_device()}/cpu:0"):
+        with tf.device(f"{spec.learner_task_device()}/cpu:0"):
             state = create_cluster_state(
                 cluster_config.num_actors,
                 is_learner=False,
@@ -158,14 +158,14 @@ def serve(
     # staging and dequeue threads); leaving first would hang its close on a
     # peer that is gone. So this task outlives the chief.
     logging.info("Learner task %d: training done; exiting once the chief has.", task)
-    while addresses.reachable(cluster_config.learner_host):
+    while ports.reachable(cluster_config.learner_host):
         if shutdown.wait(0.5):
             break
     logging.info("Learner task %d: the chief has exited; exiting.", task)
 
 
 def wait_for_learner_tasks(
-    cluster_config: addresses.ClusterConfig,
+    cluster_config: spec.ClusterConfig,
     shutdown: ShutdownRequest,
     poll_secs: float = 1.0,
 ) -> bool:
@@ -183,7 +183,7 @@ def wait_for_learner_tasks(
     start = time.monotonic()
     next_log = start
     while True:
-        waiting = {k: h for k, h in others.items() if not addresses.reachable(h)}
+        waiting = {k: h for k, h in others.items() if not ports.reachable(h)}
         if not waiting:
             return True
         now = time.monotonic()
@@ -201,7 +201,7 @@ def wait_for_learner_tasks(
 
 def run(
     config: Config,
-    cluster_config: addresses.ClusterConfig,
+    cluster_config: spec.ClusterConfig,
     server,
     proto: tf.compat.v1.ConfigProto,
     shutdown: ShutdownRequest,
@@ -337,7 +337,7 @@ def wait_for_tasks_to_finish(
     while True:
         done = session.run(confirmed)
         waiting = [
-            i for i, host in tasks.items() if not done[i] and addresses.reachable(host)
+            i for i, host in tasks.items() if not done[i] and ports.reachable(host)
         ]
         if not waiting:
             if tasks:

@@ -1,7 +1,8 @@
 """The TensorFlow side of a cluster: the ClusterSpec, the servers, session
 configs with device filters and keepalive, and fast start-up of actor
-sessions. The addresses themselves (flags, TF_CONFIG, validation, ports)
-are addresses.py, which never imports TensorFlow.
+sessions. The cluster's description (spec.py), its addresses (flags and
+TF_CONFIG: addresses.py; parsing: hosts.py) and the ports (ports.py) never
+import TensorFlow.
 
 Security: a TensorFlow server runs any graph sent to it and listens on all
 interfaces (*:PORT, IPv4 and IPv6; there is no option to bind loopback only).
@@ -15,17 +16,14 @@ import time
 
 from absl import logging
 
-from cluster.addresses import (
+from cluster.hosts import describe_setting, parse_host_port
+from cluster.ports import PortInUseError, port_in_use, wait_for_port
+from cluster.spec import (
     ACTOR_JOB,
     LEARNER_JOB,
     ClusterConfig,
-    PortInUseError,
-    describe_setting,
     device_filters,
     from_tf_config,
-    parse_host_port,
-    port_in_use,
-    wait_for_port,
 )
 
 
@@ -86,6 +84,14 @@ def with_serving_threads(proto):
     return proto
 
 
+# gRPC keepalive on the connections between tasks. A peer whose host drops
+# off the network (a pulled cable, a dead switch port) neither closes nor
+# resets its connections; without pings, a call to it waits until the network
+# comes back, whatever its RunOptions timeout. With them the call fails about
+# keepalive_time + keepalive_timeout after the peer went silent. Pings go only
+# while a call is in flight (gRPC's default), and no more often than every
+# 5 s, so a busy learner's server never sees them as abuse. TensorFlow reads
+# these options from TF_GRPC_DEFAULT_OPTIONS when it makes its first channel.
 GRPC_KEEPALIVE_OPTIONS = "grpc.keepalive_time_ms=5000,grpc.keepalive_timeout_ms=5000"
 
 

@@ -25,7 +25,7 @@ import tensorflow as tf
 from absl import logging
 
 import agent as agent_lib
-from cluster.addresses import ClusterConfig
+from cluster.spec import ClusterConfig
 
 ClusterState = collections.namedtuple(
     "ClusterState", "training_done finished_actors finished_learners"

@@ -16,7 +16,7 @@ from absl import logging
 
 import environments
 import py_process
-from actor.envs import create_environment
+from actor.envs import create_flow_environment
 from actor.unroll import build_actor
 from agent import create_agent
 from config import Config
@@ -95,7 +95,7 @@ def test(config: Config) -> dict:
         agent = create_agent(config.agent)
         outputs = {}
         for name in level_names:
-            _, env = create_environment(name, run.seed, environment, is_test=True)
+            _, env = create_flow_environment(name, run.seed, environment, is_test=True)
             outputs[name], _ = build_actor(
                 agent, env, name, config.learner.unroll_length
             )

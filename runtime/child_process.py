@@ -1,5 +1,6 @@
-"""Python objects living in child processes, called over a pipe: the
-TensorFlow-free half of py_process.
+"""Python objects living in child processes, called over a pipe: the parent's
+side of the TensorFlow-free half of py_process (the child's side is
+child_main.py, the messages between them child_wire.py).
 
 `ChildProcess(type_, *args, **kwargs)` runs one object of a user class in a
 child process of its own (a fresh interpreter that imports only this module
@@ -72,11 +73,13 @@ import subprocess
 import sys
 import threading
 import time
-import traceback
 import weakref
 from concurrent import futures
 from multiprocessing import connection as mp_connection
 from typing import Any
+
+from runtime import child_main
+from runtime.child_wire import PICKLE_PROTOCOL, POLL_INTERVAL_S, CutShort, read_message
 
 __all__ = [
     "ChildProcess",
@@ -85,86 +88,11 @@ __all__ = [
     "PyProcessRemoteError",
     "close_all",
     "killed_by_signal",
-    "parent_death_signal_setter",
     "start_all",
     "start_each",
 ]
 
 _log = logging.getLogger(__name__)
-
-# How often a call waiting for its result checks that the child still lives. A dead
-# child is normally noticed at once (its end of the pipe closes, so poll() returns
-# and recv() raises EOFError); this bounds the delay when the pipe stays open, e.g.
-# when the environment library forked a helper that inherited the descriptor.
-_POLL_INTERVAL_S = 0.5
-
-
-class _CutShort(Exception):
-    """A message began but did not end by the deadline: the child stopped
-    while it wrote (the pipe cannot be read in step after that)."""
-
-
-def _read_exactly(
-    fd: int, size: int, deadline: float | None, alive=None
-) -> bytes | None:
-    """`size` bytes from `fd`; None when `deadline` passes before the first
-    byte, _CutShort when it passes after it, EOFError when the other end
-    closes, or (without a deadline) when `alive()` says the writer is gone.
-
-    The other end does not always close with the writer: a process the child
-    forked (without exec: _child_main keeps the pipe from exec'd programs)
-    holds its end and may outlive a child killed mid-message, and the rest of
-    that message never comes. So without a deadline the wait polls `alive`
-    every _POLL_INTERVAL_S."""
-    import select
-
-    chunks, left = [], size
-    while left:
-        if deadline is not None:
-            wait = max(0.0, deadline - time.monotonic())
-        else:
-            wait = None if alive is None else _POLL_INTERVAL_S
-        readable, _, _ = select.select([fd], [], [], wait)
-        if not readable:
-            if deadline is None:  # polled: a slow writer is fine, a gone one is not
-                if alive():
-                    continue
-                raise EOFError
-            if left == size:
-                return None
-            raise _CutShort
-        chunk = os.read(fd, left)
-        if not chunk:
-            raise EOFError
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
-
-
-def _read_message(conn, deadline: float | None, alive=None) -> bytes | None:
-    """One message of a multiprocessing Connection (what send_bytes wrote: a
-    4-byte big-endian length, -1 then an 8-byte one for huge messages, then
-    the bytes), or None when `deadline` passes before it begins. Above 16 KiB
-    (an observation's size) send_bytes writes the length and the bytes
-    apart, and conn.recv_bytes would wait without end on a child stopped in
-    between: a hung child must be noticed even then (_CutShort)."""
-    import struct
-
-    fd = conn.fileno()
-    header = _read_exactly(fd, 4, deadline, alive)
-    if header is None:
-        return None
-    (size,) = struct.unpack("!i", header)
-    if size == -1:
-        longer = _read_exactly(fd, 8, deadline, alive)
-        if longer is None:
-            raise _CutShort
-        (size,) = struct.unpack("!Q", longer)
-    payload = _read_exactly(fd, size, deadline, alive) if size else b""
-    if payload is None:
-        raise _CutShort
-    return payload
-
 
 # close(): how long the child may take to run the object's close() and exit before
 # SIGTERM, and then before SIGKILL.
@@ -177,11 +105,10 @@ _CLOSE_WAIT_FOR_CALL_S = 5.0
 # to exit by itself before killing it.
 _EXIT_AFTER_ERROR_TIMEOUT_S = 10.0
 
-_PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
-
 
 class PyProcessError(RuntimeError):
-    """A PyProcess could not do what was asked. Messages start with the process name."""
+    """A child process could not do what was asked. Messages start with the
+    process name ("PyProcess <class> (pid N)", py_process's name for it)."""
 
 
 class PyProcessDiedError(PyProcessError):
@@ -222,172 +149,6 @@ def _describe_exit(returncode: int | None) -> str:
             name = str(-returncode)
         return f"killed by signal {name}"
     return f"exited with code {returncode}"
-
-
-# --------------------------------------------------------------------------------
-# Child side. Runs in a fresh interpreter started by _Launcher; no TensorFlow.
-# --------------------------------------------------------------------------------
-
-# Start method. Plain fork is unsafe: by the time processes start, TensorFlow runs
-# threads (`import tensorflow` alone leaves two native threads), and a forked copy
-# of a multi-threaded process can deadlock on a lock some vanished thread held.
-# Measured per child, medians (benchmarks/results/py_process.md; 2 cores shared
-# with other work, load average 4-6, so a quiet machine is ~3x faster):
-#   * multiprocessing 'spawn': a fresh interpreter, 0.30-0.49 s, but it re-imports
-#     the parent's __main__ script in every child; for experiment.py that means
-#     importing TensorFlow in every child (2.4 s on a quiet machine, 8-15 s on
-#     this busy one, and ~400 MB more memory per child).
-#   * multiprocessing 'forkserver': 0.30 s once the server is up, but the server
-#     also imports __main__ (TensorFlow and its threads) and every child is forked
-#     from it, which brings the fork hazard back; it is process-global state
-#     shared with any other multiprocessing user; and the children's parent is the
-#     server, so PR_SET_PDEATHSIG would watch the server, not us.
-#   * chosen: subprocess (fork+exec done in C, safe next to threads) of a fresh
-#     interpreter running the bootstrap below, which imports only this module and
-#     the class's module: 0.45-0.49 s here (~0.12 s of interpreter start and
-#     imports on a quiet machine), i.e. spawn without TensorFlow; 29 MiB resident;
-#     start_all() starts 8 children in 2-4.6 s on the 2 busy cores.
-# Start time is paid once per environment per run (and per restart), so the
-# isolation is worth the ~0.15 s over forkserver.
-#
-# The bootstrap receives sys.path and the name of this module over the pipe,
-# imports this module and runs _child_main.
-_BOOTSTRAP = (
-    "import importlib, pickle, sys\n"
-    "from multiprocessing.connection import Connection\n"
-    "conn = Connection(int(sys.argv[1]))\n"
-    "sys.path[:], module_name = pickle.loads(conn.recv_bytes())\n"
-    "importlib.import_module(module_name)._child_main(conn, int(sys.argv[2]))\n"
-)
-
-
-def parent_death_signal_setter(signum: int, parent_pid: int):
-    """A function that asks the kernel to send `signum` to the process that
-    calls it when that process's parent dies (Linux prctl
-    PR_SET_PDEATHSIG), and exits at once if the parent (`parent_pid`) has
-    already died; it returns whether the signal is armed. None where prctl
-    is not available. libc is loaded here, so the function only makes the
-    call: it is safe as a subprocess preexec_fn (launch.py's tasks) as well
-    as in a child (this module's environment processes).
-    """
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        import ctypes
-
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    pr_set_pdeathsig = 1
-
-    def set_signal() -> bool:
-        armed = prctl(pr_set_pdeathsig, int(signum), 0, 0, 0) == 0
-        # The parent may have died before prctl took effect; we are then
-        # already re-parented and nobody would ever send the signal.
-        if os.getppid() != parent_pid:
-            os._exit(1)
-        return armed
-
-    return set_signal
-
-
-def _die_with_parent(parent_pid: int) -> None:
-    """Makes sure this child does not outlive the parent process."""
-    set_signal = parent_death_signal_setter(signal.SIGKILL, parent_pid)
-    armed = set_signal() if set_signal is not None else False
-    if os.getppid() != parent_pid:
-        os._exit(1)
-    if not armed:
-        # No prctl (not Linux): poll the parent id instead. This needs the GIL, so
-        # unlike the kernel signal it cannot stop a child stuck in C code.
-        def watch() -> None:
-            while os.getppid() == parent_pid:
-                threading.Event().wait(1.0)
-            os._exit(1)
-
-        threading.Thread(
-            target=watch, name="py_process-parent-watch", daemon=True
-        ).start()
-
-
-def _exception_fields(exception: BaseException) -> tuple[str, str, str]:
-    return (
-        type(exception).__qualname__,
-        str(exception),
-        "".join(traceback.format_exception(exception)),
-    )
-
-
-def _close_object(obj: Any) -> tuple[str, str, str] | None:
-    close = getattr(obj, "close", None)
-    if not callable(close):
-        return None
-    try:
-        close()
-    except Exception as e:  # noqa: BLE001 - reported to the parent, which logs it
-        return _exception_fields(e)
-    return None
-
-
-def _child_main(conn: mp_connection.Connection, parent_pid: int) -> None:
-    """Serves calls on one object until the parent says close or goes away."""
-    # Ctrl-C sends SIGINT to the whole foreground process group. The parent
-    # coordinates shutdown (its atexit hook closes us), so a child must not die
-    # half-way through a step with a KeyboardInterrupt traceback.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _die_with_parent(parent_pid)
-    # The pipe came in as an inherited descriptor (pass_fds); programs the
-    # object starts (a ViZDoom engine) must not get it too, or the parent sees
-    # no end of the pipe when this process dies while they live on.
-    os.set_inheritable(conn.fileno(), False)
-    import faulthandler
-
-    faulthandler.enable()  # a segfault in an environment library prints a traceback
-
-    def send(message: tuple) -> None:
-        conn.send_bytes(pickle.dumps(message, protocol=_PICKLE_PROTOCOL))
-
-    try:
-        try:
-            type_, args, kwargs = pickle.loads(conn.recv_bytes())
-            obj = type_(*args, **kwargs)
-        except BaseException as e:  # noqa: BLE001 - anything the constructor raises
-            send(("error", *_exception_fields(e)))
-            return
-        send(("ready", os.getpid()))
-        try:
-            while True:
-                message = pickle.loads(conn.recv_bytes())
-                if message[0] == "close":
-                    closing, obj = obj, None
-                    send(("closed", _close_object(closing)))
-                    return
-                _, method, args, kwargs = message
-                try:
-                    result = getattr(obj, method)(*args, **kwargs)
-                except BaseException as e:  # noqa: BLE001 - SystemExit included
-                    send(("error", *_exception_fields(e)))
-                    return
-                try:
-                    data = pickle.dumps(("ok", result), protocol=_PICKLE_PROTOCOL)
-                except Exception as e:  # noqa: BLE001 - unpicklable result
-                    send(
-                        (
-                            "error",
-                            *_exception_fields(
-                                TypeError(
-                                    f"the result of {method}() cannot be pickled: {e}"
-                                )
-                            ),
-                        )
-                    )
-                    return
-                conn.send_bytes(data)
-        finally:
-            if obj is not None:
-                _close_object(obj)
-    except (EOFError, OSError):
-        return  # The parent closed the pipe or died: nothing left to serve.
 
 
 # --------------------------------------------------------------------------------
@@ -436,15 +197,10 @@ class _Launcher:
 _LAUNCHER = _Launcher()
 
 
-def _child_module_name() -> str:
-    # Run as a script, this module is __main__, which the child cannot import.
-    return "child_process" if __name__ == "__main__" else __name__
-
-
 class _Child:
     """One child process and its pipe.
 
-    Not thread-safe: PyProcess serialises call(), ensure_ready() and shutdown() with
+    Not thread-safe: ChildProcess serialises call(), ensure_ready() and shutdown() with
     its call lock. kill() may come from any thread; the thread inside a call then
     sees EOF and reports why the child went away.
     """
@@ -478,7 +234,7 @@ class _Child:
         try:
             fd = child_conn.fileno()
             self.popen = _LAUNCHER.popen(
-                [sys.executable, "-c", _BOOTSTRAP, str(fd), str(os.getpid())],
+                [sys.executable, "-c", child_main.BOOTSTRAP, str(fd), str(os.getpid())],
                 pass_fds=(fd,),
                 stdin=subprocess.DEVNULL,
                 close_fds=True,
@@ -496,7 +252,7 @@ class _Child:
         try:
             self.conn.send_bytes(
                 pickle.dumps(
-                    (list(sys.path), _child_module_name()), protocol=_PICKLE_PROTOCOL
+                    (list(sys.path), child_main.__name__), protocol=PICKLE_PROTOCOL
                 )
             )
             self.conn.send_bytes(self._payload)
@@ -540,17 +296,17 @@ class _Child:
     def _receive(self, activity: str, timeout: float | None = None) -> tuple:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            wait = _POLL_INTERVAL_S
+            wait = POLL_INTERVAL_S
             if deadline is not None:
                 wait = max(0.0, min(wait, deadline - time.monotonic()))
             try:
                 if self.conn.poll(wait):
-                    message = _read_message(
+                    message = read_message(
                         self.conn, deadline, alive=lambda: self.popen.poll() is None
                     )
                     if message is not None:
                         return pickle.loads(message)
-            except _CutShort:
+            except CutShort:
                 self.kill(f"killed after no answer for {timeout:g} s")
                 raise self._gone(activity) from None
             except (EOFError, OSError):
@@ -562,10 +318,10 @@ class _Child:
             if self.popen.poll() is not None:
                 # Exited; a last message may still sit in the pipe.
                 try:
-                    message = _read_message(self.conn, time.monotonic())
+                    message = read_message(self.conn, time.monotonic())
                     if message is not None:
                         return pickle.loads(message)
-                except (EOFError, OSError, _CutShort):
+                except (EOFError, OSError, CutShort):
                     pass
                 raise self._gone(activity)
 
@@ -626,7 +382,7 @@ class _Child:
             raise self._unusable(f"{method}()")
         try:
             data = pickle.dumps(
-                ("call", method, args, kwargs), protocol=_PICKLE_PROTOCOL
+                ("call", method, args, kwargs), protocol=PICKLE_PROTOCOL
             )
         except Exception as e:  # noqa: BLE001 - the child is untouched
             raise PyProcessError(
@@ -666,12 +422,10 @@ class _Child:
             self.stop_reason = "closed"
         if self.popen.poll() is None and self.failure is None:
             try:
-                self.conn.send_bytes(
-                    pickle.dumps(("close",), protocol=_PICKLE_PROTOCOL)
-                )
+                self.conn.send_bytes(pickle.dumps(("close",), protocol=PICKLE_PROTOCOL))
                 # A child still in its constructor answers 'ready' first; the
                 # wait below then covers the rest.
-                answer = _read_message(self.conn, deadline)
+                answer = read_message(self.conn, deadline)
                 if answer is not None:
                     message = pickle.loads(answer)
                     if message[0] == "closed" and message[1] is not None:
@@ -682,7 +436,7 @@ class _Child:
                             message[1][0],
                             message[1][1],
                         )
-            except (EOFError, OSError, _CutShort):
+            except (EOFError, OSError, CutShort):
                 pass
         try:
             self.popen.wait(max(0.0, deadline - time.monotonic()))
@@ -703,7 +457,7 @@ class _Child:
         self.conn.close()
 
 
-# Every PyProcess that has (had) a child, so the atexit hook can close them.
+# Every ChildProcess that has (had) a child, so the atexit hook can close them.
 _REGISTRY: weakref.WeakSet = weakref.WeakSet()
 
 
@@ -738,7 +492,7 @@ class ChildProcess:
             )
         try:
             payload = pickle.dumps(
-                (type_, constructor_args, constructor_kwargs), protocol=_PICKLE_PROTOCOL
+                (type_, constructor_args, constructor_kwargs), protocol=PICKLE_PROTOCOL
             )
         except Exception as e:
             raise TypeError(

@@ -91,3 +91,12 @@ def choose_torso_dtype(requested: str, flags: frozenset[str]) -> tuple[str, str 
         "--torso_dtype=auto: float32, this CPU has no bfloat16 instructions "
         "(AVX512_BF16 or AMX-BF16) and would emulate them"
     )
+
+
+def torso_dtype_for_this_cpu(requested: str) -> tuple[str, str | None, str | None]:
+    """(the torso dtype, why it was chosen or None, a warning or None) for
+    --torso_dtype on this machine's CPU: choose_torso_dtype and
+    bfloat16_warning on its flags, read once."""
+    flags = cpu_flags()
+    torso_dtype, why = choose_torso_dtype(requested, flags)
+    return torso_dtype, why, bfloat16_warning(torso_dtype, flags)

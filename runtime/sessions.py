@@ -14,6 +14,11 @@ from runtime import checkpoints
 SUMMARY_SECS = 30
 
 
+def num_gpus() -> int:
+    """The GPUs TensorFlow sees on this machine."""
+    return len(tf.config.list_physical_devices("GPU"))
+
+
 def learner_device() -> str:
     """'/gpu:0' when TensorFlow sees a GPU, else '/cpu:0' (and says which)."""
     gpus = tf.config.list_physical_devices("GPU")

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from cluster import addresses, servers
+from cluster import addresses, hosts, ports, servers, spec
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -36,7 +36,7 @@ def _tf_config(cluster_def, task=None, **extra):
 
 def test_flags_defaults_follow_the_reference_layout():
     config = addresses.cluster_from_flags("localhost:8000", "", 3, "actor", 2)
-    assert config == addresses.ClusterConfig(
+    assert config == spec.ClusterConfig(
         "localhost:8000",
         ("localhost:8001", "localhost:8002", "localhost:8003"),
         "actor",
@@ -139,12 +139,12 @@ def test_error_names_flag_value_and_fix():
 # Addresses from TF_CONFIG, and precedence.
 
 
-def from_tf_config(value: str) -> addresses.ClusterConfig:
+def from_tf_config(value: str) -> spec.ClusterConfig:
     """The cluster and this task that a TF_CONFIG value alone describes
     (no address flag given, as experiment.py resolves it)."""
     return addresses.resolve_cluster(
-        addresses.DEFAULT_LEARNER_HOST,
-        addresses.DEFAULT_ACTOR_HOSTS,
+        hosts.DEFAULT_LEARNER_HOST,
+        hosts.DEFAULT_ACTOR_HOSTS,
         0,
         "learner",
         -1,
@@ -361,21 +361,21 @@ def test_several_learner_tasks_from_flags_and_tf_config():
         "learner": ["l0:8000", "l1:8000"],
         "actor": ["a0:8001", "a1:8002", "a2:8003"],
     }
-    assert addresses.device_filters(chief) == [
+    assert spec.device_filters(chief) == [
         "/job:learner/task:0",
         "/job:learner/task:1",
     ]
-    assert addresses.device_filters(second) == [
+    assert spec.device_filters(second) == [
         "/job:learner/task:0",
         "/job:learner/task:1",
     ]
     actor = lambda j: chief._replace(job_name="actor", task=j)  # noqa: E731
     assert [actor(j).feeds_learner for j in range(3)] == [0, 1, 0]
-    assert addresses.device_filters(actor(0)) == [
+    assert spec.device_filters(actor(0)) == [
         "/job:learner/task:0",
         "/job:actor/task:0",
     ]
-    assert addresses.device_filters(actor(1)) == [
+    assert spec.device_filters(actor(1)) == [
         "/job:learner/task:0",
         "/job:learner/task:1",
         "/job:actor/task:1",
@@ -389,7 +389,7 @@ def test_several_learner_tasks_from_flags_and_tf_config():
     # One learner: the layout and filters of a single-learner cluster.
     single = addresses.cluster_from_flags("l0:8000", actors, 3, "learner", 0)
     assert single.num_learners == 1 and single.more_learner_hosts == ()
-    assert addresses.device_filters(single) == ["/job:learner/task:0"]
+    assert spec.device_filters(single) == ["/job:learner/task:0"]
 
 
 @pytest.mark.parametrize(
@@ -417,12 +417,12 @@ def test_cluster_spec_and_device_filters():
     config = addresses.cluster_from_flags(
         "l:8000", "a0:8001,a1:8002,a2:8003", 3, "actor", 1
     )
-    spec = servers.cluster_spec(config)
-    assert spec.as_dict() == {
+    cluster_spec = servers.cluster_spec(config)
+    assert cluster_spec.as_dict() == {
         "learner": ["l:8000"],
         "actor": ["a0:8001", "a1:8002", "a2:8003"],
     }
-    assert addresses.device_filters(config) == [
+    assert spec.device_filters(config) == [
         "/job:learner/task:0",
         "/job:actor/task:1",
     ]
@@ -470,7 +470,7 @@ def _listening_socket():
 
 def test_start_server_port_in_use():
     sock, port = _listening_socket()
-    free = addresses.pick_free_ports(2)
+    free = ports.pick_free_ports(2)
     try:
         config = addresses.cluster_from_flags(
             f"127.0.0.1:{free[0]}",
@@ -479,7 +479,7 @@ def test_start_server_port_in_use():
             "actor",
             1,
         )
-        with pytest.raises(addresses.PortInUseError) as info:
+        with pytest.raises(ports.PortInUseError) as info:
             servers.start_server(config)
         assert str(info.value).startswith(
             f"port {port} for --actor_hosts task 1 is in use:"
@@ -489,7 +489,7 @@ def test_start_server_port_in_use():
             {"type": "chief", "index": 0},
         )
         with pytest.raises(
-            addresses.PortInUseError,
+            ports.PortInUseError,
             match=re.escape(f"port {port} for TF_CONFIG cluster.chief[0] is in use"),
         ):
             servers.start_server(from_tf_config(tf_config))
@@ -505,7 +505,7 @@ def test_start_server_port_taken_after_check(monkeypatch):
     try:
         config = addresses.cluster_from_flags(f"127.0.0.1:{port}", "", 1, "learner", 0)
         with pytest.raises(
-            addresses.PortInUseError, match=f"port {port} for --learner_host"
+            ports.PortInUseError, match=f"port {port} for --learner_host"
         ):
             servers.start_server(config)
     finally:
@@ -513,29 +513,29 @@ def test_start_server_port_taken_after_check(monkeypatch):
 
 
 def test_pick_free_ports_and_local_hosts():
-    ports = addresses.pick_free_ports(5)
-    assert len(set(ports)) == 5
-    for port in ports:
-        assert addresses.port_in_use(port) is None
-    learner, actors = addresses.local_cluster_hosts(2, port_base=9100)
+    free_ports = ports.pick_free_ports(5)
+    assert len(set(free_ports)) == 5
+    for port in free_ports:
+        assert ports.port_in_use(port) is None
+    learner, actors = ports.local_cluster_hosts(2, port_base=9100)
     assert (learner, actors) == ("localhost:9100", ("localhost:9101", "localhost:9102"))
-    learner, actors = addresses.local_cluster_hosts(3)
+    learner, actors = ports.local_cluster_hosts(3)
     assert len({learner, *actors}) == 4
     with pytest.raises(ValueError, match="--port_base=65535"):
-        addresses.local_cluster_hosts(2, port_base=65535)
+        ports.local_cluster_hosts(2, port_base=65535)
 
 
 def test_wait_for_port_times_out_quickly():
-    (port,) = addresses.pick_free_ports(1)
+    (port,) = ports.pick_free_ports(1)
     start = time.monotonic()
     with pytest.raises(
         TimeoutError, match=f"learner at 127.0.0.1:{port} not reachable"
     ):
-        addresses.wait_for_port(f"127.0.0.1:{port}", timeout_secs=0.5, poll_secs=0.1)
+        ports.wait_for_port(f"127.0.0.1:{port}", timeout_secs=0.5, poll_secs=0.1)
     assert time.monotonic() - start < 5
     sock, port = _listening_socket()
     try:
-        addresses.wait_for_port(f"127.0.0.1:{port}", timeout_secs=5)
+        ports.wait_for_port(f"127.0.0.1:{port}", timeout_secs=5)
     finally:
         sock.close()
 
@@ -543,7 +543,7 @@ def test_wait_for_port_times_out_quickly():
 def test_session_creator_bounded_wait_without_learner():
     import tensorflow as tf
 
-    (port,) = addresses.pick_free_ports(1)
+    (port,) = ports.pick_free_ports(1)
     with tf.Graph().as_default():
         tf.compat.v1.get_variable("v", initializer=1.0, use_resource=True)
         creator = servers.FastWorkerSessionCreator(
@@ -565,7 +565,7 @@ _TASK_SCRIPT = textwrap.dedent("""
     from absl import logging
     logging.set_verbosity(logging.INFO)
     import tensorflow as tf
-    from cluster import addresses
+    from cluster import addresses, hosts, ports, spec
     from cluster import servers
 
     def event(name):
@@ -583,7 +583,7 @@ _TASK_SCRIPT = textwrap.dedent("""
     session_config = servers.server_config(config)
     timeout = tf.compat.v1.RunOptions(timeout_in_ms=60000)
     with tf.Graph().as_default():
-        with tf.device(addresses.learner_device()):
+        with tf.device(spec.learner_task_device()):
             shared = tf.compat.v1.get_variable(
                 'shared', initializer=tf.constant(42, tf.int64), use_resource=True)
             queue = tf.queue.FIFOQueue(
@@ -650,9 +650,9 @@ class _Proc:
 @pytest.mark.slow
 def test_actors_connect_fast_before_and_after_learner(tmp_path):
     (tmp_path / "task.py").write_text(_TASK_SCRIPT)
-    ports = addresses.pick_free_ports(3)
-    learner_host = f"127.0.0.1:{ports[0]}"
-    actor_hosts = f"127.0.0.1:{ports[1]},127.0.0.1:{ports[2]}"
+    free_ports = ports.pick_free_ports(3)
+    learner_host = f"127.0.0.1:{free_ports[0]}"
+    actor_hosts = f"127.0.0.1:{free_ports[1]},127.0.0.1:{free_ports[2]}"
     learner_gate, actor1_gate = tmp_path / "learner.go", tmp_path / "actor1.go"
     procs = []
     try:
@@ -853,9 +853,9 @@ def test_launch_starts_every_learner_task_with_its_address(tmp_path):
     the actors after them; every task gets both learner addresses and
     --num_learners; the other tasks exit by themselves once the chief has,
     and launch.py exits with the chief's code."""
-    port_base = addresses.pick_free_ports(1)[0]
-    while any(addresses.port_in_use(port_base + i) for i in range(4)):
-        port_base = addresses.pick_free_ports(1)[0]
+    port_base = ports.pick_free_ports(1)[0]
+    while any(ports.port_in_use(port_base + i) for i in range(4)):
+        port_base = ports.pick_free_ports(1)[0]
     process, logdir = _launch(
         tmp_path,
         "--num_learners=2",
@@ -1010,7 +1010,7 @@ def test_a_task_whose_learner_list_differs_from_the_chiefs_is_refused():
     a queue no tower reads, so it stops with a flag error instead."""
     from cluster.state import learner_tasks_problem
 
-    one = addresses.ClusterConfig("localhost:1", ("localhost:3",), "actor", 0)
+    one = spec.ClusterConfig("localhost:1", ("localhost:3",), "actor", 0)
     two = one._replace(more_learner_hosts=("localhost:2",))
     assert learner_tasks_problem(1, one) is None
     assert learner_tasks_problem(2, two) is None

@@ -40,7 +40,7 @@ from run_helpers import small_config
 
 import experiment
 from actor.unroll import actor_output_specs
-from cluster import actor_task, addresses, learner_task
+from cluster import actor_task, learner_task, ports, spec
 from runtime import errors
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -91,7 +91,7 @@ def test_actor_graph_declares_the_learners_queue_and_variables(
     them with the same names, shapes and devices: checked on the two graphs.
     With --envs_per_actor=K it sends K unrolls at a time into the same queue
     (from K / --envs_per_process environment processes)."""
-    learner_config = addresses.ClusterConfig(
+    learner_config = spec.ClusterConfig(
         "localhost:1", ("localhost:2", "localhost:3"), "learner", 0
     )
     actor_config = learner_config._replace(job_name="actor", task=1)
@@ -208,9 +208,9 @@ def test_port_in_use_is_a_flag_error(monkeypatch):
         sock.bind(("", 0))
         sock.listen()
         port = sock.getsockname()[1]
-        cluster_config = addresses.ClusterConfig(
+        cluster_config = spec.ClusterConfig(
             f"localhost:{port}",
-            (f"localhost:{addresses.pick_free_ports(1)[0]}",),
+            (f"localhost:{ports.pick_free_ports(1)[0]}",),
             "learner",
             0,
         )
@@ -440,7 +440,7 @@ def test_faults_actor_killed_and_restarted_learner_killed_and_restarted(
     logdir = str(tmp_path / "run")
     # Actors get their own --logdir to show that they write nothing there.
     actor_logdir = str(tmp_path / "actor_logdir")
-    learner_port, *actor_ports = addresses.pick_free_ports(4)
+    learner_port, *actor_ports = ports.pick_free_ports(4)
     learner_host = f"localhost:{learner_port}"
     actor_hosts = [f"localhost:{p}" for p in actor_ports]
     address_flags = [
@@ -580,7 +580,7 @@ def test_an_actor_tasks_environment_killed_while_it_starts_is_restarted(
     starts (killed_at_start.py) is restarted and counted, and the task
     trains with the learner to the target; both exit 0."""
     logdir, marker = str(tmp_path / "run"), str(tmp_path / "killed")
-    learner_port, actor_port = addresses.pick_free_ports(2)
+    learner_port, actor_port = ports.pick_free_ports(2)
     address_flags = [
         f"--learner_host=localhost:{learner_port}",
         f"--actor_hosts=localhost:{actor_port}",
@@ -692,7 +692,7 @@ def test_a_learner_task_serving_a_tower_killed_and_restarted(tasks, tmp_path):
     its target and every task exits 0 by itself. Nothing checkpointed is
     lost."""
     logdir = str(tmp_path / "run")
-    *learner_ports, a0, a1 = addresses.pick_free_ports(4)
+    *learner_ports, a0, a1 = ports.pick_free_ports(4)
     cluster = [
         "--learner_host=" + ",".join(f"localhost:{p}" for p in learner_ports),
         f"--actor_hosts=localhost:{a0},localhost:{a1}",

@@ -39,7 +39,7 @@ import experiment
 import py_process
 import trajectory
 from actor import runner
-from actor.envs import create_environment
+from actor.envs import create_flow_environment
 from actor.unroll import actor_output_specs, build_actor, build_vector_actor
 from evaluation import test_mode
 from families import atari57, dmlab
@@ -511,7 +511,7 @@ def collect_real_batch(num_unrolls: int = 2, max_tries: int = 40):
         agent = agent_lib.Agent(6, torso="shallow")
         outputs = []
         for i in range(num_unrolls):
-            _, env = create_environment(level, i + 1, environment)
+            _, env = create_flow_environment(level, i + 1, environment)
             output, _ = build_actor(agent, env, level, UNROLL)
             outputs.append(output)
         unrolls = []
@@ -562,7 +562,8 @@ def test_learner_recomputes_the_actors_policy_exactly(inference):
         )
         assert batched == (inference == "dynamic_batching")
         envs = [
-            create_environment(level, i + 1, config.environment)[1] for i in range(2)
+            create_flow_environment(level, i + 1, config.environment)[1]
+            for i in range(2)
         ]
         if inference == "vector":
             vector, _ = build_vector_actor(agent, envs, level, UNROLL)

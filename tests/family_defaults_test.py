@@ -20,7 +20,7 @@ import config as config_lib
 import experiment
 from runtime.errors import FlagError
 
-ATARI = "flagfiles/pong_shallow_4x32.cfg"
+ATARI = "flagfiles/pong_shallow_unroll80.cfg"
 ATARI_DEEP = "flagfiles/pong_deep.cfg"
 VIZDOOM = "flagfiles/vizdoom_defend_the_center.cfg"
 FLAG_DEFAULTS = dict(

@@ -492,11 +492,11 @@ def test_a_chief_waiting_for_its_learner_tasks_says_so_and_stops_at_a_signal(
     creation, deaf to signals, for a task that never comes."""
     from run_helpers import command
 
-    from cluster import addresses
+    from cluster import ports
 
-    ports = addresses.pick_free_ports(4)
-    learners = f"127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}"
-    actors = f"127.0.0.1:{ports[2]},127.0.0.1:{ports[3]}"
+    free_ports = ports.pick_free_ports(4)
+    learners = f"127.0.0.1:{free_ports[0]},127.0.0.1:{free_ports[1]}"
+    actors = f"127.0.0.1:{free_ports[2]},127.0.0.1:{free_ports[3]}"
     log_path = tmp_path / "chief.log"
     with open(log_path, "wb") as log:
         chief = subprocess.Popen(
@@ -515,7 +515,7 @@ def test_a_chief_waiting_for_its_learner_tasks_says_so_and_stops_at_a_signal(
             stderr=subprocess.STDOUT,
             env={k: v for k, v in os.environ.items() if k != "TF_CONFIG"},
         )
-    waiting = f"waiting for learner task(s) 1 at 127.0.0.1:{ports[1]} ("
+    waiting = f"waiting for learner task(s) 1 at 127.0.0.1:{free_ports[1]} ("
     try:
         # The event, with a deadline only against a hang: the line.
         deadline = time.monotonic() + 300

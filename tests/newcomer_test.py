@@ -39,7 +39,7 @@ from run_helpers import (
     run_command_line,
 )
 
-from cluster import addresses
+from cluster import ports
 from learner import progress
 from runtime import checkpoints, tf_logging
 
@@ -142,7 +142,8 @@ def test_the_default_run_without_deepmind_lab_has_the_tested_pong_commands_setti
     assert "DeepMind Lab is not installed" in warning
     assert f"using {environments.FALLBACK_LEVEL!r} instead" in warning
     summary = config.summary()
-    assert "Atari's defaults from flagfiles/pong_shallow_4x32.cfg" in summary
+    (default_file, *_) = environments.family_of("atari/pong").default_flagfiles
+    assert f"Atari's defaults from {default_file}" in summary
     assert f"{expected['total_environment_frames']:,} frames" in summary
     experiment.parse_flags(["experiment.py"])
 
@@ -470,7 +471,7 @@ def get_json(url: str):
 
 @pytest.mark.slow
 def test_tensorboard_serves_the_runs_scalars(trained_logdir):
-    port = addresses.pick_free_ports(1)[0]
+    port = ports.pick_free_ports(1)[0]
     server = subprocess.Popen(
         [
             sys.executable,

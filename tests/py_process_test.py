@@ -21,7 +21,7 @@ import tensorflow as tf
 import py_process
 from actor import supervisor as supervisor_lib
 from py_process import PyProcess, PyProcessHook
-from runtime import child_process, errors
+from runtime import child_process, child_wire, errors
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(TESTS_DIR)
@@ -757,8 +757,6 @@ def test_a_message_cut_short_by_a_killed_child_whose_pipe_lives_on_ends():
     import threading
     from multiprocessing import connection
 
-    from runtime import child_process
-
     parent, child = connection.Pipe(duplex=True)  # `child` stays open
     polls = []
 
@@ -770,7 +768,7 @@ def test_a_message_cut_short_by_a_killed_child_whose_pipe_lives_on_ends():
 
     def read():
         try:
-            outcome.append(child_process._read_message(parent, None, alive))
+            outcome.append(child_wire.read_message(parent, None, alive))
         except EOFError as e:
             outcome.append(e)
 
@@ -795,19 +793,17 @@ def test_a_message_cut_short_by_a_stopped_child_ends_at_the_deadline():
     import time
     from multiprocessing import connection
 
-    from runtime import child_process
-
     parent, child = connection.Pipe(duplex=True)
     try:
         payload = b"x" * 100_000
         child.send_bytes(payload)
-        assert child_process._read_message(parent, time.monotonic() + 5) == payload
-        assert child_process._read_message(parent, time.monotonic() + 0.1) is None
+        assert child_wire.read_message(parent, time.monotonic() + 5) == payload
+        assert child_wire.read_message(parent, time.monotonic() + 0.1) is None
         # The length alone, as a child stopped mid-message leaves it.
         os.write(child.fileno(), struct.pack("!i", len(payload)))
         start = time.monotonic()
-        with pytest.raises(child_process._CutShort):
-            child_process._read_message(parent, time.monotonic() + 0.3)
+        with pytest.raises(child_wire.CutShort):
+            child_wire.read_message(parent, time.monotonic() + 0.3)
         assert time.monotonic() - start < 5
     finally:
         parent.close()

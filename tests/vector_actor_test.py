@@ -11,7 +11,7 @@ import tensorflow as tf
 from run_helpers import small_config
 
 import py_process
-from actor.envs import create_environment
+from actor.envs import create_flow_environment
 from actor.unroll import build_vector_actor
 from agent import create_agent
 from learner import pipeline
@@ -25,7 +25,7 @@ def build():
     agent = create_agent(config.agent)
     processes, envs = zip(
         *(
-            create_environment("atari/pong", seed, config.environment)
+            create_flow_environment("atari/pong", seed, config.environment)
             for seed in (1, 2, 3)
         ),
         strict=True,
