@@ -21,6 +21,8 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 from absl import logging
 
+from families.scores import human_normalized, strip_prefix
+
 # DeepMind Lab's level path prefix of the DMLab-30 levels.
 LEVEL_PREFIX = "contributed/dmlab30/"
 
@@ -140,12 +142,6 @@ ALL_LEVELS: frozenset[str] = frozenset(LEVEL_MAPPING) | frozenset(
 )
 
 
-def _strip_prefix(level_name: str) -> str:
-    if level_name.startswith(LEVEL_PREFIX):
-        return level_name[len(LEVEL_PREFIX) :]
-    return level_name
-
-
 def _transform_level_returns(
     level_returns: Mapping[str, Iterable[float]],
 ) -> dict[str, np.ndarray]:
@@ -158,7 +154,7 @@ def _transform_level_returns(
     test_levels = set(LEVEL_MAPPING.values())
     new_level_returns: dict[str, list[float]] = {}
     for level_name, returns in level_returns.items():
-        name = _strip_prefix(level_name)
+        name = strip_prefix(level_name, LEVEL_PREFIX)
         name = LEVEL_MAPPING.get(name, name)
         if name not in test_levels:
             logging.info("Skipping level %s for the DMLab-30 score.", level_name)
@@ -180,13 +176,11 @@ def human_normalized_score(level_name: str, returns: Iterable[float]) -> float:
 
     level_name: a DMLab-30 training or test level (prefix allowed).
     """
-    name = _strip_prefix(level_name)
+    name = strip_prefix(level_name, LEVEL_PREFIX)
     name = LEVEL_MAPPING.get(name, name)
     if name not in HUMAN_SCORES:
         raise ValueError(f"{level_name!r} is not a DMLab-30 level.")
-    score = float(np.mean(np.asarray(returns, dtype=np.float64)))
-    human, random = HUMAN_SCORES[name], RANDOM_SCORES[name]
-    return (score - random) / (human - random) * 100.0
+    return human_normalized(returns, RANDOM_SCORES[name], HUMAN_SCORES[name])
 
 
 def compute_human_normalized_score(

@@ -19,6 +19,8 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 from absl import logging
 
+from families.scores import human_normalized, strip_prefix
+
 LEVEL_PREFIX = "atari/"
 
 # game -> (random, human) episode returns.
@@ -94,23 +96,16 @@ LEVEL_NAMES: tuple[str, ...] = tuple(LEVEL_PREFIX + game for game in GAMES)
 HumanNormalizedScores = collections.namedtuple("HumanNormalizedScores", "median mean")
 
 
-def _strip_prefix(level_name: str) -> str:
-    if level_name.startswith(LEVEL_PREFIX):
-        return level_name[len(LEVEL_PREFIX) :]
-    return level_name
-
-
 def human_normalized_score(game: str, returns: Iterable[float]) -> float:
     """100 * (mean(returns) - random) / (human - random) for one game.
 
     game: 'pong' or 'atari/pong'.
     """
-    name = _strip_prefix(game)
+    name = strip_prefix(game, LEVEL_PREFIX)
     if name not in _SCORES:
         raise ValueError(f"{game!r} is not an Atari-57 game.")
-    score = float(np.mean(np.asarray(returns, dtype=np.float64)))
     random, human = _SCORES[name]
-    return (score - random) / (human - random) * 100.0
+    return human_normalized(returns, random, human)
 
 
 def human_normalized_scores_per_game(
@@ -128,7 +123,7 @@ def human_normalized_scores_per_game(
     """
     pooled: dict[str, list[float]] = {}
     for level_name, returns in level_returns.items():
-        name = _strip_prefix(level_name)
+        name = strip_prefix(level_name, LEVEL_PREFIX)
         if name not in _SCORES:
             logging.info("Skipping level %s for the Atari-57 score.", level_name)
             continue

@@ -36,6 +36,8 @@ README = REPO / "README.md"
 DOCS = REPO / "docs"
 FLAGS_PAGE = DOCS / "flags.md"
 MAX_README_LINES = 300
+# BENCHMARKS.md: each figure once, with its command; narratives live in docs/.
+MAX_BENCHMARKS_LINES = 900
 FLAGFILES = REPO / "flagfiles"
 DOCKERFILE = REPO / "Dockerfile"
 CI_RUN = REPO / ".ci" / "run"
@@ -296,6 +298,11 @@ def test_readme_shows_experiment_and_launch_command_lines():
         script for script, _, _ in _script_invocations(_all_readme_command_lines())
     }
     assert scripts == set(SCRIPTS), f"README.md code blocks call {sorted(scripts)}"
+
+
+def test_benchmarks_md_stays_at_most_max_benchmarks_lines():
+    lines = (REPO / "BENCHMARKS.md").read_text(encoding="utf-8").count("\n")
+    assert lines <= MAX_BENCHMARKS_LINES, lines
 
 
 def test_readme_is_short_maps_the_code_and_links_every_docs_page():
