@@ -221,6 +221,30 @@ def test_all_atari57_games_load():
     assert set(atari57.GAMES) <= set(atari.available_games())
 
 
+def test_every_atari57_rom_loads_and_steps():
+    """Each of the 57 ROMs loads into the environment class the actors run,
+    gives its first observation and takes one step of each end of its
+    action set (a few milliseconds a game): a ROM that ale-py lists but
+    cannot load, or an action set the agent's head would not fit, fails
+    here rather than in a suite run hours in."""
+    from families import atari57
+
+    for game in atari57.GAMES:
+        env = atari.PyProcessAtari(game=game, seed=1, noop_max=0)
+        try:
+            frame, instruction = env.initial()
+            assert frame.shape == (84, 84, 4) and frame.dtype == np.uint8, game
+            assert instruction == ""
+            actions = atari.num_actions(game)
+            assert 2 <= actions <= atari.NUM_FULL_ACTIONS, (game, actions)
+            for action in (0, actions - 1):
+                reward, done, (frame, _) = env.step(action)
+                assert np.isfinite(reward) and frame.shape == (84, 84, 4), game
+                assert isinstance(bool(done), bool)
+        finally:
+            env.close()
+
+
 def test_tensor_specs():
     import tensorflow as tf
 

@@ -525,14 +525,14 @@ def test_pick_free_ports_and_local_hosts():
         ports.local_cluster_hosts(2, port_base=65535)
 
 
-def test_wait_for_port_times_out_quickly():
+def test_wait_for_port_gives_up_at_its_timeout_and_returns_once_listening():
+    # Giving up is the TimeoutError itself (without a timeout it would wait
+    # for ever); how long it took is not asserted.
     (port,) = ports.pick_free_ports(1)
-    start = time.monotonic()
     with pytest.raises(
         TimeoutError, match=f"learner at 127.0.0.1:{port} not reachable"
     ):
         ports.wait_for_port(f"127.0.0.1:{port}", timeout_secs=0.5, poll_secs=0.1)
-    assert time.monotonic() - start < 5
     sock, port = _listening_socket()
     try:
         ports.wait_for_port(f"127.0.0.1:{port}", timeout_secs=5)
@@ -550,11 +550,15 @@ def test_session_creator_bounded_wait_without_learner():
             "grpc://unused:1", f"127.0.0.1:{port}", poll_secs=0.1, max_wait_secs=1.0
         )
         assert isinstance(creator, tf.compat.v1.train.SessionCreator)
-        start = time.monotonic()
+        # Bounded: a TimeoutError naming the learner, where TensorFlow's own
+        # session creator would wait for ever.
         with pytest.raises(TimeoutError, match=f"127.0.0.1:{port}"):
             creator.create_session()
-        assert time.monotonic() - start < 6
 
+
+# TensorFlow's session manager waits 30 s between checks of a worker's
+# readiness; an actor that connects in less than this did not wait for it.
+FAST_CONNECT_BOUND_S = 25
 
 # ---------------------------------------------------------------------------
 # A real cluster: a learner and two actors on loopback, one process each.
@@ -675,7 +679,11 @@ def test_actors_connect_fast_before_and_after_learner(tmp_path):
         # Actor 0 starts first and waits for a learner that is not there yet.
         actor0.event("create_session", timeout=90)
         learner.event("imported", timeout=90)
-        time.sleep(1.5)  # Let actor 0 poll (and log) a few times.
+        # Actor 0 has polled for the learner (and said so) before it starts.
+        deadline = time.monotonic() + 90
+        while f"waiting for learner at {learner_host}" not in actor0.text():
+            assert time.monotonic() < deadline, actor0.text()
+            time.sleep(0.05)
         learner_gate.touch()
         initialised = learner.event("initialised", timeout=60)
         # Actor 1 starts after the learner has initialised the variables.
@@ -683,11 +691,14 @@ def test_actors_connect_fast_before_and_after_learner(tmp_path):
         actor1_gate.touch()
 
         connected0 = actor0.event("connected", timeout=30)
-        # Within a few seconds, not the default session manager's 30 s.
-        assert connected0 - initialised < 5, actor0.text()
+        # By its own polling, not TensorFlow's session manager, which checks
+        # a worker's readiness again only every 30 s: a bound with that
+        # margin, not a speed (a quiet machine takes under a second).
+        assert connected0 - initialised < FAST_CONNECT_BOUND_S, actor0.text()
         assert f"waiting for learner at {learner_host}" in actor0.text()
         create1 = actor1.event("create_session", timeout=60)
-        assert actor1.event("connected", timeout=30) - create1 < 5, actor1.text()
+        connected1 = actor1.event("connected", timeout=30)
+        assert connected1 - create1 < FAST_CONNECT_BOUND_S, actor1.text()
         for actor in (actor0, actor1):
             assert actor.process.wait(timeout=30) == 0, actor.text()
 
@@ -803,7 +814,6 @@ def _kill_all(pids):
 
 @pytest.mark.slow
 def test_launch_logs_forwarding_and_exit_code(tmp_path):
-    start = time.monotonic()
     process, logdir = _launch(
         tmp_path,
         "--num_actors=2",
@@ -825,7 +835,6 @@ def test_launch_logs_forwarding_and_exit_code(tmp_path):
         assert _wait_dead(pids, timeout=5) == []
     finally:
         _kill_all(pids)
-    assert time.monotonic() - start < 30
     launch_out = (tmp_path / "launch.out").read_text()
     assert str(logdir / "logs") in launch_out
     assert "learner_0 exited with code 3" in launch_out

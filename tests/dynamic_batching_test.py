@@ -473,7 +473,9 @@ def test_timeout_forms_partial_batch(ops):
             batch, _ = sess.run([inputs, cid], options=run_options(10_000))
             elapsed = time.monotonic() - start
             assert batch.shape == (1, 2)
-            assert 0.25 <= elapsed < 5.0, elapsed
+            # Not before the batcher's wait for more callers (a slower
+            # machine only adds to it; no upper bound asserted).
+            assert elapsed >= 0.25, elapsed
             sess.run(close)
             assert isinstance(caller.error(), tf.errors.CancelledError)
 

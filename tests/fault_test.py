@@ -54,10 +54,7 @@ from actor.supervisor import EnvironmentSupervisor
 from runtime import checkpoints, errors
 from runtime.shutdown import ShutdownRequest
 
-# Far enough past the first checkpoint (where the environments are killed and
-# stopped, ~2 s in) that training still runs when the hung one is detected
-# (HANG_TIMEOUT_S later) and restarted (1 s after that): on an idle 2-core
-# machine a target of 4000 was sometimes reached first.
+# The target of the run whose one environment process is killed mid-run.
 ENV_KILL_TARGET = 12000
 HANG_TIMEOUT_S = 2  # --environment_timeout_secs of the run that hangs one
 FAR_TARGET = 10**6  # Runs stopped by a signal or an error never reach it.
@@ -185,15 +182,19 @@ def logdir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def env_kill_run(logdir):
-    """Trains to ENV_KILL_TARGET; mid-way SIGKILLs one environment process and
-    SIGSTOPs the other (a hung environment: alive, never answering)."""
+    """Trains towards a target it never reaches; after its first checkpoint
+    SIGKILLs one environment process and SIGSTOPs the other (a hung
+    environment: alive, never answering); once both have been restarted
+    and training has written a checkpoint past that point, SIGINT stops it.
+    Every wait is for a line of its log, not for a time."""
     run = Run(
         logdir,
         "env_kill",
-        f"--total_environment_frames={ENV_KILL_TARGET}",
+        f"--total_environment_frames={FAR_TARGET}",
         "--save_checkpoint_secs=2",
         f"--environment_timeout_secs={HANG_TIMEOUT_S}",
     )
+    restarted = r"Actor \d \(atari/pong\): environment restarted"
     try:
         # A checkpoint after step 0: the learner is training.
         run.wait_for(r"Saving checkpoints for [1-9]\d* ")
@@ -202,11 +203,25 @@ def env_kill_run(logdir):
         killed, stopped = pids
         os.kill(stopped, signal.SIGSTOP)
         os.kill(killed, signal.SIGKILL)
+        run.wait_for(
+            restarted, after=lambda m: len(re.findall(restarted, run.output())) >= 2
+        )
+        before = max(
+            map(int, re.findall(r"Saving checkpoints for (\d+) ", run.output()))
+        )
+        run.wait_for(
+            r"Saving checkpoints for (\d+) ", after=lambda m: frames_of(m) > before
+        )
+        run.process.send_signal(signal.SIGINT)
         returncode = run.wait()
     finally:
         run.kill()
     return types.SimpleNamespace(
-        returncode=returncode, output=run.output(), killed=killed, stopped=stopped
+        returncode=returncode,
+        output=run.output(),
+        killed=killed,
+        stopped=stopped,
+        checkpoint_before=before,
     )
 
 
@@ -310,11 +325,12 @@ def damaged_nan_run(logdir, sigterm_run):
 
 
 @pytest.mark.slow
-def test_killed_and_hung_environments_restart_and_training_reaches_its_target(
+def test_killed_and_hung_environments_restart_and_training_goes_on(
     env_kill_run, logdir
 ):
     output = env_kill_run.output
-    assert env_kill_run.returncode == 0, output[-4000:]
+    # Stopped by SIGINT once training had gone on past both restarts.
+    assert env_kill_run.returncode == 130, output[-4000:]
     assert re.search(
         r"Actor \d \(atari/pong\): environment failed: PyProcess \w+ "
         rf"\(pid {env_kill_run.killed}\) died: killed by signal SIGKILL",
@@ -327,12 +343,14 @@ def test_killed_and_hung_environments_restart_and_training_reaches_its_target(
         rf"{HANG_TIMEOUT_S} s by the parent while running step\(\)",
         output,
     ), output[-4000:]
-    assert (
-        len(re.findall(r"Actor \d \(atari/pong\): environment restarted", output)) == 2
-    )
+    # At least the two: on a loaded machine a healthy step may also take
+    # longer than HANG_TIMEOUT_S and be restarted as hung, which is the
+    # timeout doing its job, not a fault of the test.
+    restarts = re.findall(r"Actor \d \(atari/pong\): environment restarted", output)
+    assert len(restarts) >= 2, output[-4000:]
     assert not process_exists(env_kill_run.stopped)
-    done = re.search(r"Training done: (\d+) environment frames", output)
-    assert done and int(done.group(1)) >= ENV_KILL_TARGET, output[-3000:]
+    later = re.findall(r"Saving checkpoints for (\d+) ", output)
+    assert max(map(int, later)) > env_kill_run.checkpoint_before
 
 
 @pytest.mark.slow
@@ -390,7 +408,11 @@ def restarts_in_tensorboard(logdir: str) -> list[float]:
 
 @pytest.mark.slow
 def test_environment_restarts_go_to_tensorboard(env_kill_run, logdir):
-    assert restarts_in_tensorboard(logdir) == [1.0, 2.0]
+    # One value per restart, the running count: 1, 2 and (where a loaded
+    # machine's slow step was also taken for hung) more.
+    restarts = restarts_in_tensorboard(logdir)
+    assert restarts[:2] == [1.0, 2.0]
+    assert restarts == [float(n) for n in range(1, len(restarts) + 1)]
 
 
 @pytest.mark.slow

@@ -45,7 +45,12 @@ START_TIMEOUT_S = 120
 # README.md, "Several hosts": an actor notices a learner whose host vanished
 # within about 15 s (an enqueue waits 5 s, the check that follows 10 s).
 LEARNER_VANISHED_NOTICE_S = 15
-NOTICE_SLACK_S = 2  # log polling, and scheduling on 2 busy cores
+# How long a test waits for an actor to notice: a guard against a hang, not
+# the figure above (which a loaded machine stretches). Without the enqueue
+# timeout and gRPC keepalive, a call to a vanished host waits out the
+# kernel's TCP retransmissions (~15 minutes): noticing within the guard
+# shows they work; how soon is reported (report()), not asserted.
+NOTICE_GUARD_S = 4 * LEARNER_VANISHED_NOTICE_S
 
 
 class Cluster:
@@ -271,9 +276,7 @@ def test_an_actor_host_that_drops_off_rejoins_without_a_restart(network, tmp_pat
     network.set_link(2, up=False)  # host 2 is actor 1's
     down_at = time.monotonic()
     frames_at_down = cluster.frames()
-    noticed_at, _ = cluster.wait_for(
-        "actor1", r"lost the learner", LEARNER_VANISHED_NOTICE_S + NOTICE_SLACK_S
-    )
+    noticed_at, _ = cluster.wait_for("actor1", r"lost the learner", NOTICE_GUARD_S)
     report("actor host down -> that actor notices", noticed_at - down_at)
     # The learner trains on actor 0's unrolls meanwhile (2 checkpoints on).
     cluster.wait_for_frames_past(frames_at_down, 30)
@@ -309,11 +312,11 @@ def test_actors_wait_out_a_vanished_learner_host_and_a_restarted_learner(
         noticed_at, _ = cluster.wait_for(
             f"actor{task}",
             r"lost the learner",
-            LEARNER_VANISHED_NOTICE_S + NOTICE_SLACK_S,
+            NOTICE_GUARD_S,
         )
         report(f"learner host down -> actor {task} notices", noticed_at - down_at)
-        assert noticed_at - down_at <= LEARNER_VANISHED_NOTICE_S + NOTICE_SLACK_S
-    # They keep trying while it is away.
+    # They keep trying while it is away: still running a while later (a
+    # slower machine cannot make this fail, only an actor that gives up).
     time.sleep(5)
     for task in range(2):
         assert cluster.processes[f"actor{task}"].poll() is None

@@ -77,7 +77,10 @@ def test_readme_command_evaluates_the_agent_and_writes_a_video(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     with open(logdir / "test_results.json") as f:
         (episode_return,) = json.load(f)["levels"]["atari/pong"]["returns"]
-    assert -21 <= episode_return <= 21
+    # The agent scored +19.2 over 10 games, none below +16 (docs/atari.md):
+    # a broken restore, a wrong action set or a scrambled frame plays at
+    # about -21.
+    assert episode_return >= 15, episode_return
     (gif,) = videos.iterdir()
     assert gif.name == f"atari_pong_return{episode_return:+g}.gif"
     pictures = iio.imread(gif, index=None)

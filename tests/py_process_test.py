@@ -27,6 +27,16 @@ TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(TESTS_DIR)
 
 
+def wait_for_a_call_in_flight(process, timeout=60.0):
+    """Until another thread is inside a call on `process` (it holds the lock
+    that serialises calls on the pipe): the event a test that kills or closes
+    a child mid-call waits for, instead of a sleep."""
+    deadline = time.monotonic() + timeout
+    while not process._call_lock.locked():
+        assert time.monotonic() < deadline, "no call started"
+        time.sleep(0.01)
+
+
 def bounded(fn, timeout=30.0):
     """Returns fn()'s result or re-raises its exception; fails after `timeout` s."""
     box = {}
@@ -82,9 +92,7 @@ def test_small_computation_in_a_child_without_tensorflow(graph):
     add = process.proxy.add(tf.constant(3))
     info = process.proxy.info()
     assert add.dtype == tf.int64 and add.shape == []
-    start = time.monotonic()
-    bounded(process.start)
-    start_s = time.monotonic() - start
+    bounded(process.start)  # how long it takes: benchmarks/py_process_bench.py
     with tf.compat.v1.Session() as session:
         assert bounded(lambda: session.run(add)) == 16
         assert bounded(lambda: session.run(add)) == 22
@@ -92,8 +100,6 @@ def test_small_computation_in_a_child_without_tensorflow(graph):
     assert pid == process.pid != os.getpid()
     assert process.alive
     assert not tf_imported, "the child must not import TensorFlow"
-    # Typically 0.1-0.3 s; generous bound for a loaded CI machine.
-    assert start_s < 10, f"child took {start_s:.1f} s to start"
     assert process in graph.get_collection(PyProcess.COLLECTION)
     process.close()
 
@@ -278,9 +284,8 @@ def test_close_escalates_when_the_child_does_not_exit(graph, monkeypatch):
     monkeypatch.setattr(child_process, "_TERMINATE_TIMEOUT_S", 0.5)
     process = PyProcess(helpers.StubbornClose)
     bounded(process.start)
-    start = time.monotonic()
+    # Closed, not hung: bounded() fails the test if close() never returns.
     bounded(process.close)
-    assert time.monotonic() - start < 5
     assert process_state(process.pid) is None
 
 
@@ -303,8 +308,9 @@ def test_hung_child_is_killed_after_the_call_timeout(graph, how):
             os.kill(pid, signal.SIGSTOP)
             call = add
         with pytest.raises(tf.errors.OpError) as error:
-            bounded(lambda: session.run(call), timeout=20)
-        assert 1.0 <= time.monotonic() - start < 10
+            bounded(lambda: session.run(call), timeout=60)
+        # Not killed before its timeout (a slower machine only adds to this).
+        assert time.monotonic() - start >= 1.0
         assert (
             f"PyProcess Calculator (pid {pid}) was killed after no answer for 1 s "
             f"by the parent while running"
@@ -335,12 +341,10 @@ def test_sigkilled_child_gives_an_error_not_a_hang(graph):
 
         thread = threading.Thread(target=pending, daemon=True)
         thread.start()
-        time.sleep(0.5)
-        killed_at = time.monotonic()
+        wait_for_a_call_in_flight(process)
         os.kill(pid, signal.SIGKILL)
-        thread.join(10)
+        thread.join(60)  # a guard: a dead child ends the call at once
         assert not thread.is_alive(), "the pending call hung after SIGKILL"
-        assert time.monotonic() - killed_at < 5
         message = box["error"].message
         assert (
             f"PyProcess Calculator (pid {pid}) died: killed by signal SIGKILL "
@@ -443,11 +447,9 @@ def test_close_while_a_call_hangs_kills_the_child(graph, monkeypatch):
 
         thread = threading.Thread(target=pending, daemon=True)
         thread.start()
-        time.sleep(0.5)
-        started = time.monotonic()
-        bounded(process.close, timeout=15)
-        assert time.monotonic() - started < 10
-        thread.join(10)
+        wait_for_a_call_in_flight(process)
+        bounded(process.close, timeout=60)
+        thread.join(60)
         assert not thread.is_alive()
         assert "was closed by the parent while running sleep()" in box["error"].message
     assert process_state(pid) is None
@@ -801,10 +803,9 @@ def test_a_message_cut_short_by_a_stopped_child_ends_at_the_deadline():
         assert child_wire.read_message(parent, time.monotonic() + 0.1) is None
         # The length alone, as a child stopped mid-message leaves it.
         os.write(child.fileno(), struct.pack("!i", len(payload)))
-        start = time.monotonic()
+        # CutShort at the deadline: without one the read would wait for ever.
         with pytest.raises(child_wire.CutShort):
             child_wire.read_message(parent, time.monotonic() + 0.3)
-        assert time.monotonic() - start < 5
     finally:
         parent.close()
         child.close()
