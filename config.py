@@ -131,6 +131,10 @@ class RunConfig:
     test_num_episodes: int = 10
     # --test_video_dir: where test mode writes a GIF per level; '' = none.
     test_video_dir: str = ""
+    # --stalled_learner_warning_secs: how long one learner task's queue may
+    # stay empty while the others' are full before the chief says which
+    # actor tasks it lacks (cluster/learner_task.py, StallWatch); 0 = never.
+    stalled_learner_warning_secs: float = 60
     # Settings the project chose for this run, each with why (a family's
     # throughput defaults, --torso_dtype=auto): the first log line says them.
     choices: tuple[str, ...] = ()

@@ -89,6 +89,12 @@ flags.DEFINE_integer(
 )
 flags.DEFINE_integer("batch_size", 2, "Batch size (unrolls per learner step).")
 flags.DEFINE_integer(
+    "stalled_learner_warning_secs",
+    60,
+    "A cluster of learner tasks: seconds one may wait for unrolls while the "
+    "others' queues are full before the chief names its actor tasks; 0 = never.",
+)
+flags.DEFINE_integer(
     "num_learners",
     1,
     "Learners updating synchronously, each with its own queue, batch of "
@@ -229,25 +235,10 @@ def apply_family_defaults(f: flags.FlagValues) -> config_lib.FamilyDefaults | No
     return defaults and config_lib.fill_family_defaults(f, defaults)
 
 
-def resolve_levels(f: flags.FlagValues) -> tuple[str, list[str]]:
-    """(level name, expanded level names) for the flags, logging the default
-    level's fallback. Raises FlagError: an unknown level, or a level whose
-    family is not installed."""
-    try:
-        level_name, level_names, warning = environments.resolve_levels(
-            f.level_name, not f["level_name"].present, is_test=f.mode == "test"
-        )
-    except ValueError as e:
-        raise FlagError(str(e)) from None
-    if warning:
-        logging.warning(warning)
-    return level_name, level_names
-
-
 def config_from_flags(
     f: flags.FlagValues, family_defaults: config_lib.FamilyDefaults | None = None
 ) -> Config:
-    """The run's Config from validated flags (resolve_levels may warn);
+    """The run's Config from validated flags (it may warn of the level);
     `family_defaults`: what apply_family_defaults set, for the first line.
 
     Raises:
@@ -255,7 +246,14 @@ def config_from_flags(
         more environments to a process than the family allows, or a family
         option that cannot be used (an unwritable level cache directory).
     """
-    level_name, level_names = resolve_levels(f)
+    try:
+        level_name, level_names, warning = environments.resolve_levels(
+            f.level_name, not f["level_name"].present, is_test=f.mode == "test"
+        )
+    except ValueError as e:
+        raise FlagError(str(e)) from None
+    if warning:  # the default level's fallback
+        logging.warning(warning)
     family = environments.family_of(level_name)
     torso, use_lstm, num_values = agent_settings(f, len(level_names))
     cluster_task = "TF_CONFIG" in os.environ or any(

@@ -44,7 +44,7 @@ TASK_FINISH_WAIT_SECS = 30
 
 LearnerTaskOps = collections.namedtuple(
     "LearnerTaskOps",
-    "pipeline end_training close_queue finished_actors finished_learners",
+    "pipeline end_training close_queue finished_actors finished_learners queue_sizes",
 )
 
 
@@ -95,6 +95,7 @@ def build_learner_task(
             close_queue=close_queues(),
             finished_actors=state.finished_actors.read_value(),
             finished_learners=state.finished_learners.read_value(),
+            queue_sizes=[q.size() for q in queues],
         )
 
 
@@ -242,10 +243,18 @@ def run(
                 num_env_frames,
             )
 
+        hooks = [CloseQueueOnShutdownHook(ops.close_queue, shutdown)]
+        if cluster_config.num_learners > 1 and config.run.stalled_learner_warning_secs:
+            watch = StallWatch(
+                config.run.stalled_learner_warning_secs,
+                config.learner.batch_size,
+                cluster_config,
+            )
+            hooks.append(StalledLearnerHook(ops.queue_sizes, watch))
         result = loop.train_learner(
             config,
             ops.pipeline,
-            [CloseQueueOnShutdownHook(ops.close_queue, shutdown)],
+            hooks,
             shutdown,
             master=server.target,
             session_config=proto,
@@ -310,6 +319,97 @@ class CloseQueueOnShutdownHook(tf.compat.v1.train.SessionRunHook):
                 except Exception as e:  # noqa: BLE001 - the session may be closing
                     logging.debug("Closing the queue: %s", e)
                 return
+
+    def end(self, session) -> None:
+        del session
+        self._ended.set()
+
+
+class StallWatch:
+    """Which learner tasks to warn about: one whose queue has stayed empty
+    for `bound_secs` while every other learner's queue holds a batch. The
+    update is synchronous, so such a learner holds every update up: its
+    actor tasks (actor j feeds learner j mod N) are gone or not started.
+    Said once the bound has passed, then again each `bound_secs` while it
+    lasts; `clock` is injectable for tests."""
+
+    def __init__(
+        self,
+        bound_secs: float,
+        batch_size: int,
+        cluster_config: spec.ClusterConfig,
+        clock=time.monotonic,
+    ):
+        self._bound = bound_secs
+        self._batch_size = batch_size
+        self._cluster = cluster_config
+        self._clock = clock
+        self._empty_since: dict[int, float] = {}
+        self._said_at: dict[int, float] = {}
+
+    def actors_of(self, learner: int) -> list[int]:
+        n = self._cluster.num_learners
+        return [j for j in range(self._cluster.num_actors) if j % n == learner]
+
+    def update(self, sizes: list[int]) -> list[str]:
+        """The warnings to log now for the queue sizes `sizes` (one a learner)."""
+        now, lines = self._clock(), []
+        for k, size in enumerate(sizes):
+            others_full = all(
+                other >= self._batch_size for i, other in enumerate(sizes) if i != k
+            )
+            if size or not others_full:
+                self._empty_since.pop(k, None)
+                self._said_at.pop(k, None)
+                continue
+            since = self._empty_since.setdefault(k, now)
+            said = self._said_at.get(k)
+            if now - since >= self._bound and (
+                said is None or now - said >= self._bound
+            ):
+                self._said_at[k] = now
+                actors = self.actors_of(k)
+                hosts = ", ".join(
+                    f"actor task {j} ({self._cluster.actor_hosts[j]})" for j in actors
+                )
+                lines.append(
+                    f"Learner task {k} ({self._cluster.learner_hosts[k]}) has had no "
+                    f"unroll for {now - since:.0f} s while the other learners' "
+                    f"queues are full: every update waits for it, so training is "
+                    f"stalled. It is fed by {hosts} (actor j feeds learner j mod "
+                    f"{self._cluster.num_learners}); restart them, or check their "
+                    f"hosts. Training goes on once one of them enqueues again."
+                )
+        return lines
+
+
+class StalledLearnerHook(tf.compat.v1.train.SessionRunHook):
+    """Reads every learner's queue size every few seconds beside the
+    training step and logs what a StallWatch says (the step itself waits on
+    the empty queue, so the check runs in a thread of its own)."""
+
+    POLL_SECS = 5.0
+
+    def __init__(self, queue_sizes: list[tf.Tensor], watch: StallWatch):
+        self._queue_sizes = queue_sizes
+        self._watch = watch
+        self._ended = threading.Event()
+
+    def after_create_session(self, session, coord) -> None:
+        del coord
+        threading.Thread(
+            target=self._poll, args=(session,), name="stalled-learner", daemon=True
+        ).start()
+
+    def _poll(self, session) -> None:
+        while not self._ended.wait(self.POLL_SECS):
+            try:
+                sizes = session.run(self._queue_sizes)
+            except Exception as e:  # noqa: BLE001 - the session may be closing
+                logging.debug("Reading the queue sizes: %s", e)
+                continue
+            for line in self._watch.update([int(size) for size in sizes]):
+                logging.warning(line)
 
     def end(self, session) -> None:
         del session

@@ -531,3 +531,79 @@ def test_a_chief_waiting_for_its_learner_tasks_says_so_and_stops_at_a_signal(
     text = log_path.read_text(errors="replace")
     assert "stopped by a signal while waiting for the other learner tasks" in text
     assert "Traceback" not in text
+
+
+# -- a stalled learner, said out loud -------------------------------------------
+
+
+def _two_learner_cluster():
+    from cluster import addresses
+
+    return addresses.cluster_from_flags(
+        "l0:8000,l1:8000", "a0:8001,a1:8001,a2:8001,a3:8001", 4, "learner", 0
+    )
+
+
+def test_a_learner_whose_queue_stays_empty_while_the_others_are_full_is_named():
+    from cluster.learner_task import StallWatch
+
+    now = [0.0]
+    watch = StallWatch(60, 8, _two_learner_cluster(), clock=lambda: now[0])
+    assert watch.actors_of(1) == [1, 3]
+    for t, sizes, said in [
+        (0, [8, 0], 0),  # learner 1 empty, learner 0 full: the clock starts
+        (59, [9, 0], 0),  # not yet the bound
+        (60, [8, 0], 1),  # the bound: said once...
+        (61, [8, 0], 0),
+        (119, [8, 0], 0),
+        (120, [8, 0], 1),  # ...and again each bound while it lasts
+        (121, [8, 2], 0),  # an actor of learner 1 came back: over
+        (200, [8, 0], 0),  # empty again: a new clock
+        (260, [8, 0], 1),
+    ]:
+        now[0] = t
+        lines = watch.update(sizes)
+        assert len(lines) == said, (t, lines)
+    (line,) = lines
+    assert line.startswith("Learner task 1 (l1:8000) has had no unroll for 60 s")
+    assert "actor task 1 (a1:8001), actor task 3 (a3:8001)" in line
+    assert "restart them" in line and "\n" not in line
+
+
+def test_no_stall_is_said_while_every_queue_waits_or_none_is_full():
+    from cluster.learner_task import StallWatch
+
+    now = [0.0]
+    watch = StallWatch(60, 8, _two_learner_cluster(), clock=lambda: now[0])
+    for t in (0, 100, 1000):
+        now[0] = t
+        # Start-up or every actor gone: all queues empty, nothing singled out;
+        # the others not holding a batch: a slow learner, not a stalled one.
+        assert watch.update([0, 0]) == []
+        assert watch.update([7, 0]) == []
+
+
+def test_the_chief_logs_a_stalled_learner_from_its_session(caplog):
+    """The hook reads the real queues' sizes beside the session and logs the
+    watch's warning: waited for as a log record, with a guard."""
+    import logging as python_logging
+
+    from cluster.learner_task import StalledLearnerHook, StallWatch
+
+    caplog.set_level(python_logging.WARNING, logger="absl")
+    with tf.Graph().as_default():
+        queues = [tf.queue.FIFOQueue(16, [tf.int32], shapes=[[]]) for _ in range(2)]
+        fill = queues[0].enqueue_many([tf.range(8)])
+        watch = StallWatch(0.2, 8, _two_learner_cluster())
+        hook = StalledLearnerHook([q.size() for q in queues], watch)
+        hook.POLL_SECS = 0.05
+        with tf.compat.v1.train.MonitoredSession(hooks=[hook]) as session:
+            session.run(fill)
+            deadline = time.monotonic() + 60
+            while not any("Learner task 1" in r.getMessage() for r in caplog.records):
+                assert time.monotonic() < deadline, "no warning"
+                time.sleep(0.05)
+    message = next(
+        r.getMessage() for r in caplog.records if "Learner task 1" in r.getMessage()
+    )
+    assert "actor task 1 (a1:8001), actor task 3 (a3:8001)" in message
