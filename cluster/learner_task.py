@@ -291,7 +291,37 @@ def run(
     )
 
 
-class CloseQueueOnShutdownHook(tf.compat.v1.train.SessionRunHook):
+class PollingHook(tf.compat.v1.train.SessionRunHook):
+    """Runs `tick(session)` every `interval_secs` in a thread of its own, from
+    session creation until the session ends or a tick returns True: for what
+    must happen while the training step itself blocks (on an empty queue)."""
+
+    interval_secs = 1.0
+    thread_name = "polling-hook"
+
+    def __init__(self) -> None:
+        self._ended = threading.Event()
+
+    def tick(self, session) -> bool:
+        raise NotImplementedError
+
+    def after_create_session(self, session, coord) -> None:
+        del coord
+        threading.Thread(
+            target=self._run, args=(session,), name=self.thread_name, daemon=True
+        ).start()
+
+    def _run(self, session) -> None:
+        while not self._ended.wait(self.interval_secs):
+            if self.tick(session):
+                return
+
+    def end(self, session) -> None:
+        del session
+        self._ended.set()
+
+
+class CloseQueueOnShutdownHook(PollingHook):
     """On SIGINT/SIGTERM, closes the learner's queue (without `training_done`).
 
     A learner step waiting for unrolls (when the actors are gone or stopping
@@ -300,29 +330,22 @@ class CloseQueueOnShutdownHook(tf.compat.v1.train.SessionRunHook):
     `training_done` for a learner that went away, and wait for it.
     """
 
+    interval_secs = 0.2
+    thread_name = "close-on-shutdown"
+
     def __init__(self, close_op: tf.Operation, shutdown: ShutdownRequest):
+        super().__init__()
         self._close_op = close_op
         self._shutdown = shutdown
-        self._ended = threading.Event()
 
-    def after_create_session(self, session, coord) -> None:
-        del coord
-        threading.Thread(
-            target=self._watch, args=(session,), name="close-on-shutdown", daemon=True
-        ).start()
-
-    def _watch(self, session) -> None:
-        while not self._ended.wait(0.2):
-            if self._shutdown.requested:
-                try:
-                    session.run(self._close_op)
-                except Exception as e:  # noqa: BLE001 - the session may be closing
-                    logging.debug("Closing the queue: %s", e)
-                return
-
-    def end(self, session) -> None:
-        del session
-        self._ended.set()
+    def tick(self, session) -> bool:
+        if not self._shutdown.requested:
+            return False
+        try:
+            session.run(self._close_op)
+        except Exception as e:  # noqa: BLE001 - the session may be closing
+            logging.debug("Closing the queue: %s", e)
+        return True
 
 
 class StallWatch:
@@ -383,37 +406,28 @@ class StallWatch:
         return lines
 
 
-class StalledLearnerHook(tf.compat.v1.train.SessionRunHook):
+class StalledLearnerHook(PollingHook):
     """Reads every learner's queue size every few seconds beside the
     training step and logs what a StallWatch says (the step itself waits on
     the empty queue, so the check runs in a thread of its own)."""
 
-    POLL_SECS = 5.0
+    interval_secs = 5.0
+    thread_name = "stalled-learner"
 
     def __init__(self, queue_sizes: list[tf.Tensor], watch: StallWatch):
+        super().__init__()
         self._queue_sizes = queue_sizes
         self._watch = watch
-        self._ended = threading.Event()
 
-    def after_create_session(self, session, coord) -> None:
-        del coord
-        threading.Thread(
-            target=self._poll, args=(session,), name="stalled-learner", daemon=True
-        ).start()
-
-    def _poll(self, session) -> None:
-        while not self._ended.wait(self.POLL_SECS):
-            try:
-                sizes = session.run(self._queue_sizes)
-            except Exception as e:  # noqa: BLE001 - the session may be closing
-                logging.debug("Reading the queue sizes: %s", e)
-                continue
-            for line in self._watch.update([int(size) for size in sizes]):
-                logging.warning(line)
-
-    def end(self, session) -> None:
-        del session
-        self._ended.set()
+    def tick(self, session) -> bool:
+        try:
+            sizes = session.run(self._queue_sizes)
+        except Exception as e:  # noqa: BLE001 - the session may be closing
+            logging.debug("Reading the queue sizes: %s", e)
+            return False
+        for line in self._watch.update([int(size) for size in sizes]):
+            logging.warning(line)
+        return False
 
 
 def wait_for_tasks_to_finish(

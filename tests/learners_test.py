@@ -596,7 +596,7 @@ def test_the_chief_logs_a_stalled_learner_from_its_session(caplog):
         fill = queues[0].enqueue_many([tf.range(8)])
         watch = StallWatch(0.2, 8, _two_learner_cluster())
         hook = StalledLearnerHook([q.size() for q in queues], watch)
-        hook.POLL_SECS = 0.05
+        hook.interval_secs = 0.05
         with tf.compat.v1.train.MonitoredSession(hooks=[hook]) as session:
             session.run(fill)
             deadline = time.monotonic() + 60
