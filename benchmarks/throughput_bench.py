@@ -180,7 +180,7 @@ def _family_defaults(agent: str, **flags) -> dict:
 # agent, in one invocation.
 PARTS["defaults"] = [
     _family_defaults("shallow"),
-    dict(_shared("shallow", 4, 32, 32), batch_size=32),
+    dict(_shared("shallow", 4, 32, 32, unroll=80), batch_size=8),
     _family_defaults("deep", torso_dtype="auto"),
     dict(_shared("deep", 8, 4, 4), batch_size=32, torso_dtype="auto"),
 ]

@@ -42,7 +42,7 @@ def read_exactly(
     closes, or (without a deadline) when `alive()` says the writer is gone.
 
     The other end does not always close with the writer: a process the child
-    forked (without exec: _child_main keeps the pipe from exec'd programs)
+    forked (without exec: child_main keeps the pipe from exec'd programs)
     holds its end and may outlive a child killed mid-message, and the rest of
     that message never comes. So without a deadline the wait polls `alive`
     every POLL_INTERVAL_S."""

@@ -14,6 +14,8 @@ sys.path.insert(0, os.path.join(REPO_ROOT, "benchmarks"))
 
 import throughput_bench  # noqa: E402
 
+import config  # noqa: E402
+
 SCRIPT = os.path.join(REPO_ROOT, "benchmarks", "throughput_bench.py")
 
 
@@ -56,17 +58,11 @@ def test_every_record_names_its_part():
 def test_defaults_part_passes_no_layout_flag_and_compares_with_the_best_setting():
     family_default, best = throughput_bench.PARTS["defaults"][:2]
     flags = throughput_bench.flags_for(family_default)
-    assert not set(flags) & {
-        "num_actors",
-        "envs_per_actor",
-        "envs_per_process",
-        "batch_size",
-        "unroll_length",
-    }
+    assert not set(flags) & set(config.LAYOUT_SETTINGS)
     # What the run gets (recorded for the table) is the layout it is
-    # compared with.
-    assert {k: family_default[k] for k in ("num_actors", "batch_size")} == {
-        k: best[k] for k in ("num_actors", "batch_size")
+    # compared with, the family's flag file's.
+    assert {k: family_default[k] for k in config.LAYOUT_SETTINGS} == {
+        k: best[k] for k in config.LAYOUT_SETTINGS
     }
 
 

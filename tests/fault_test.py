@@ -51,7 +51,7 @@ import py_process
 from actor import runner as runner_lib
 from actor import supervisor as supervisor_lib
 from actor.supervisor import EnvironmentSupervisor
-from runtime import checkpoints, errors
+from runtime import checkpoints, child_main, errors
 from runtime.shutdown import ShutdownRequest
 
 # The target of the run whose one environment process is killed mid-run.
@@ -74,7 +74,7 @@ def environment_pids(pid: int) -> list[int]:
     for child in child_pids(pid):
         try:
             with open(f"/proc/{child}/cmdline", "rb") as f:
-                if b"_child_main" in f.read():
+                if child_main.BOOTSTRAP.encode() in f.read():
                     found.append(child)
         except OSError:
             pass

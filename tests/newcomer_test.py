@@ -226,9 +226,13 @@ def test_the_default_run_ends_with_its_summary_and_the_test_command(tmp_path):
     (training,) = re.findall(r"\] Training (?!done).*", result.stderr)
     assert "Training atari/pong" in training, training
     assert "2,000 frames" in training, training
+    flagfile = atari.FAMILY.default_flagfiles[0]
+    (unroll,) = re.findall(
+        r"^--unroll_length=\d+$", open(os.path.join(REPO_ROOT, flagfile)).read(), re.M
+    )
     assert (
-        f"Atari's defaults from {atari.FAMILY.default_flagfiles[0]}, its tested "
-        "command, for the flags not given: --unroll_length=20" in training
+        f"Atari's defaults from {flagfile}, its tested command, for the flags "
+        f"not given: {unroll}" in training
     ), training
     assert "--agent=shallow" not in training  # given: not the family's
     done = re.search(
