@@ -126,6 +126,9 @@ class RunConfig:
     envs_per_process: int = 1
     seed: int = 1
     save_checkpoint_secs: int = 600
+    # --progress_secs: seconds between the learner's progress lines (frames,
+    # frames/s, ETA, mean return).
+    progress_secs: int = 10
     # --dynamic_batching: batch the actors' inference calls (batcher.cc).
     dynamic_batching: bool = True
     test_num_episodes: int = 10
@@ -233,6 +236,7 @@ def validate_flags(
         "must be in (0, 1] (the paper's 3e-4 per learner step).",
     )
     require(f.save_checkpoint_secs > 0, "save_checkpoint_secs", "must be >= 1.")
+    require(f.progress_secs > 0, "progress_secs", "must be >= 1.")
     for flag in family_flags:
         if flag.check is not None:
             problem = flag.check(getattr(f, flag.name))

@@ -172,6 +172,7 @@ flags.DEFINE_integer(
     "Seconds between checkpoints; one is also written when training starts, "
     "when it ends and on SIGINT/SIGTERM.",
 )
+flags.DEFINE_integer("progress_secs", 10, "Seconds between progress lines.")
 flags.DEFINE_integer(
     "environment_timeout_secs",
     600,

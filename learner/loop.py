@@ -18,7 +18,7 @@ from absl import logging
 
 from config import Config
 from learner import progress
-from learner.pipeline import LearnerPipeline
+from learner.pipeline import FreshStagingHook, LearnerPipeline
 from learner.update import NON_FINITE_MARKER, non_finite_update
 from runtime import checkpoints, sessions
 from runtime.errors import EnvironmentFailedError, NonFiniteUpdateError
@@ -159,11 +159,13 @@ def train_learner(
         environment.num_action_repeats,
     )
     total = config.learner.total_environment_frames
-    progress_logger = progress.ProgressLogger(summary_writer, total)
+    progress_logger = progress.ProgressLogger(
+        summary_writer, total, interval_secs=run.progress_secs
+    )
     # The newest checkpoint that restores (older ones if it is damaged).
     checkpoints.resume_checkpoint(run.logdir, config.describe_model())
     with sessions.create_training_session(
-        hooks,
+        [*hooks, FreshStagingHook(pipeline.clear_staging_op)],
         run.logdir,
         run.save_checkpoint_secs,
         master=master,

@@ -22,8 +22,29 @@ from learner.update import build_learner
 from trajectory import ActorOutput, swap_leading_axes
 
 LearnerPipeline = collections.namedtuple(
-    "LearnerPipeline", "batch learner stage_op queue_size"
+    "LearnerPipeline", "batch learner stage_op clear_staging_op queue_size"
 )
+
+
+class FreshStagingHook(tf.compat.v1.train.SessionRunHook):
+    """Empties every staging area each time the session is created.
+
+    A staging area lives on its tower's server and outlives a session: when
+    the chief restarts, a learner task's area still holds the batch staged
+    for the chief's last step, and when a learner task restarts, the
+    chief's own area does. The first stage after the new session would add
+    a second batch behind it, and that tower would train from then on one
+    batch further behind its policy than the others. Emptied, every tower's
+    next step trains on unrolls dequeued after the restart (the step that
+    stages also waits for them).
+    """
+
+    def __init__(self, clear_staging_op):
+        self._clear = clear_staging_op
+
+    def after_create_session(self, session, coord):
+        del coord
+        session.run(self._clear)
 
 
 def queue_name(learner: int) -> str:
@@ -74,7 +95,7 @@ def build_learner_pipeline(
     batches side by side ([T + 1, N * B, ...]; level_name [N * B]);
     `queue_size`: the queue's size, or [N] sizes with several learners.
     """
-    batches, stage_ops = [], []
+    batches, stage_ops, clear_ops = [], [], []
     for queue, device in zip(queues, devices, strict=True):
         # One dequeue_many takes batch_size unrolls as the actors deliver them
         # (the queue holds fewer); [B, T + 1, ...] -> time-major. Several
@@ -88,6 +109,7 @@ def build_learner_pipeline(
             flat = tf.nest.flatten(dequeued)
             area = _staging_area(flat)
             stage_ops.append(area.put(flat))
+            clear_ops.append(area.clear())
             batches.append(tf.nest.pack_sequence_as(specs, area.get()))
     with tf.device(devices[0]):
         learner = build_learner(
@@ -109,6 +131,7 @@ def build_learner_pipeline(
         batch=batch,
         learner=learner,
         stage_op=stage_op,
+        clear_staging_op=tf.group(clear_ops),
         queue_size=queues[0].size()
         if len(queues) == 1
         else tf.stack([q.size() for q in queues]),

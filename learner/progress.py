@@ -1,6 +1,6 @@
 """What a run tells: a progress line, each episode, summaries, test results.
 
-`ProgressLogger` logs a line every PROGRESS_SECS (frames against the target,
+`ProgressLogger` logs a line every --progress_secs (frames against the target,
 frames/s, ETA) and writes frames/s to TensorBoard; `EpisodeLogger` logs and
 summarises every episode that ends in the learner's batches (and a suite's
 human-normalised training scores); `results_table` is test mode's table.

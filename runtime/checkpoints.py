@@ -50,7 +50,41 @@ def ensure_logdir(logdir: str, flag: str = "logdir") -> None:
 
 class _Saver(tf.compat.v1.train.Saver):
     """A Saver whose failed save (a full disk, lost permissions) is a
-    LogdirError naming --logdir and the checkpoint that stays the latest."""
+    LogdirError naming --logdir and the checkpoint that stays the latest,
+    and whose restore leaves variables that already hold values alone.
+
+    Why the restore: a MonitoredSession recreates its session after a task
+    of the cluster dies (with several learners, a learner task serving a
+    tower), and its SessionManager restores the newest checkpoint every
+    time it creates one. The chief's variables live on the chief's own
+    server, which did not die: they are intact, and restoring would throw
+    away every update since the last checkpoint (up to
+    --save_checkpoint_secs of learning). So the restore runs only when some
+    variable is not initialised: a fresh process, or a server that lost
+    them.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Built now: the MonitoredSession finalises the graph before it
+        # restores.
+        self._uninitialized = tf.compat.v1.report_uninitialized_variables(
+            tf.compat.v1.global_variables()
+        )
+        # The learner's global step counts environment frames.
+        self._frames = tf.compat.v1.train.get_global_step()
+
+    def restore(self, sess, save_path):
+        if len(sess.run(self._uninitialized)):
+            return super().restore(sess, save_path)
+        frames = -1 if self._frames is None else int(sess.run(self._frames))
+        logging.info(
+            "Session recreated: the variables on their server are intact at %d "
+            "environment frames, so training goes on from them, not from %s.",
+            frames,
+            save_path,
+        )
+        return None
 
     def save(self, sess, save_path, *args, **kwargs):
         try:

@@ -607,3 +607,93 @@ def test_the_chief_logs_a_stalled_learner_from_its_session(caplog):
         r.getMessage() for r in caplog.records if "Learner task 1" in r.getMessage()
     )
     assert "actor task 1 (a1:8001), actor task 3 (a3:8001)" in message
+
+
+# -- after a restart: no rollback, no stale batch --------------------------------
+
+
+def test_a_recreated_session_goes_on_from_its_servers_variables_not_a_checkpoint(
+    tmp_path,
+):
+    """A session recreated on a server whose variables hold values (the
+    chief's own server, after a learner task serving a tower died) keeps
+    them: a checkpoint written 5 updates earlier is not restored. On a new
+    server (a restarted process) the newest checkpoint is: the one that
+    session saved as it began, at 5 updates, not the initial values."""
+    from runtime import checkpoints, sessions
+
+    logdir = str(tmp_path)
+    with tf.Graph().as_default():
+        step = tf.compat.v1.train.get_or_create_global_step()
+        weights = tf.compat.v1.Variable(1.0, name="weights")
+        update = tf.group(step.assign_add(1), weights.assign_add(1.0))
+        read = (step, weights)
+        saver = checkpoints.checkpoint_saver()
+        server = tf.compat.v1.train.Server.create_local_server()
+        with tf.compat.v1.Session(server.target) as first:
+            first.run(tf.compat.v1.global_variables_initializer())
+            saver.save(first, os.path.join(logdir, "model.ckpt"), 0)
+            for _ in range(5):
+                first.run(update)
+
+        def read_in_new_session(target):
+            with sessions.create_training_session(
+                [], logdir, 600, master=target, config=tf.compat.v1.ConfigProto()
+            ) as session:
+                return session.run(read)
+
+        assert read_in_new_session(server.target) == (5, 6.0)
+        fresh_server = tf.compat.v1.train.Server.create_local_server()
+        assert read_in_new_session(fresh_server.target) == (5, 6.0)
+
+
+def test_a_new_session_trains_every_tower_on_unrolls_staged_after_it():
+    """The staging areas live on their server and outlive a session (a
+    restarted chief finds a learner task's area full, a restarted learner
+    task the chief's). A first session stages Pong unrolls on both towers
+    and ends; the training session created next on the same server stages
+    Breakout unrolls, and its first step trains both towers on those."""
+    agent_config, learner_config = configs(use_lstm=False, popart=False)
+    specs = actor_output_specs(small_config().environment, agent_config, UNROLL)
+    config = dataclasses.replace(learner_config, batch_size=1, num_learners=2)
+    server = tf.compat.v1.train.Server.create_local_server(
+        config=tf.compat.v1.ConfigProto(device_count={"CPU": 2})
+    )
+    with tf.Graph().as_default():
+        queues = [pipeline.create_queue(specs, learner=k) for k in range(2)]
+        learner_pipeline = pipeline.build_learner_pipeline(
+            agent_lib.create_agent(agent_config),
+            queues,
+            specs,
+            config,
+            ["/cpu:0", "/cpu:1"],
+        )
+
+        def enqueue(level: str, seed: int):
+            unrolls = random_unrolls(specs, 2, agent_config.num_actions, [level], seed)
+            return [
+                q.enqueue(tf.nest.flatten(tf.nest.map_structure(tf.constant, u)))
+                for q, u in zip(queues, unrolls, strict=True)
+            ]
+
+        stale, fresh = enqueue("atari/pong", 0), enqueue("atari/breakout", 1)
+        with tf.compat.v1.Session(server.target) as first:
+            first.run(tf.compat.v1.global_variables_initializer())
+            first.run(stale)
+            first.run(learner_pipeline.stage_op)
+        hook = pipeline.FreshStagingHook(learner_pipeline.clear_staging_op)
+        with tf.compat.v1.train.MonitoredSession(
+            session_creator=tf.compat.v1.train.ChiefSessionCreator(
+                master=server.target
+            ),
+            hooks=[hook],
+        ) as session:
+            session.run(fresh)
+            session.run(learner_pipeline.stage_op)
+            levels, _ = session.run(
+                (
+                    learner_pipeline.batch.level_name,
+                    learner_pipeline.learner.train_and_count,
+                )
+            )
+    assert levels.tolist() == [b"atari/breakout"] * 2
