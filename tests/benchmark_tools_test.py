@@ -280,3 +280,28 @@ def test_train_until_notes_the_first_frames_and_minutes_of_each_mean():
         2.0,
         2.0,
     )
+
+
+def test_peer_defaults_reads_our_progress_lines_after_the_warm_up():
+    """The median rate is of the progress lines a minute or more after the
+    first one, as Sample Factory's figure is of its 10-second rates after
+    its warm-up; a run past midnight keeps counting."""
+    import peer_defaults
+
+    def line(clock: str, frames: int, fps: int) -> str:
+        return (
+            f"I1205 {clock}.123456 140 progress.py:109] frames {frames:,} / "
+            f"60,000,000 (0.1 %) | {fps:,} frames/s | ETA 2 h | 1.00 learner "
+            "steps/s | mean return (last 100 episodes) -20.00 | queue 1"
+        )
+
+    log = "\n".join(
+        [
+            "I1205 23:58:50.000000 140 x.py:1] Training atari/pong ...",
+            line("23:59:00", 10_000, 1_000),
+            line("23:59:50", 90_000, 8_000),
+            line("00:00:00", 170_000, 8_200),
+            line("00:00:10", 250_000, 8_100),
+        ]
+    )
+    assert peer_defaults.progress_figures(log, warmup_s=60) == [8_200.0, 8_100.0]
