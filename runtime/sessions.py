@@ -37,7 +37,10 @@ def learner_device() -> str:
 def learner_devices(num_learners: int) -> list[str]:
     """The learners' devices on one machine: learner_device() for one; for
     N > 1 a GPU each, /gpu:0 .. /gpu:N-1 (experiment.py has checked there are
-    N; config.learners_problem)."""
+    N; config.learners_problem). The variables and the optimiser's slots
+    live on the first (learner/pipeline.py builds the update there): that
+    tower reads them with no copy, each other one copies them once per
+    update, and each tower's gradients cross once to be added there."""
     if num_learners == 1:
         return [learner_device()]
     logging.info(

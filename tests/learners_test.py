@@ -15,6 +15,7 @@ actor stays blocked on one).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import os
@@ -697,3 +698,100 @@ def test_a_new_session_trains_every_tower_on_unrolls_staged_after_it():
                 )
             )
     assert levels.tolist() == [b"atari/breakout"] * 2
+
+
+# -- one machine with N GPUs: where each part runs -------------------------------
+
+
+def _ops_made_by(graph: tf.Graph, fn):
+    """fn, wrapped to record the names of the ops each call adds to `graph`."""
+    calls = []
+
+    def recording(*args, **kwargs):
+        before = len(graph.get_operations())
+        result = fn(*args, **kwargs)
+        calls.append([op.name for op in graph.get_operations()[before:]])
+        return result
+
+    return recording, calls
+
+
+def test_towers_run_on_their_devices_and_the_variables_live_with_the_first(
+    monkeypatch,
+):
+    """A machine with N GPUs gets towers on /gpu:0 .. /gpu:N-1
+    (sessions.learner_devices); here /cpu:1 and /cpu:2 stand for them and
+    /cpu:0 for the host's CPU. Traced through one real update of the
+    learner's pipeline (where each node ran, not only what the graph asked):
+    each tower's unroll (forward) and its gradients (backward) run on its own
+    device, the loss's gradients and V-trace on the host's CPU, where the
+    sequential recursion is faster; every variable (the frame counter
+    included) and every RMSProp slot lives on the first tower's device, and
+    the update is applied there: that tower reads the parameters with no
+    copy and each other tower copies them once per update (the read-once
+    test above). No GPU machine measured this choice against variables on
+    the host's CPU (BENCHMARKS.md, "Several learners")."""
+    agent_config, learner_config = configs(use_lstm=True, popart=False)
+    # One level: no per-level gradient summaries (their gradients would add
+    # scopes of their own to what is recorded here).
+    specs = actor_output_specs(small_config().environment, agent_config, UNROLL)
+    config = dataclasses.replace(
+        learner_config, batch_size=1, num_learners=2, level_names=LEVELS[:1]
+    )
+    towers = ["CPU:1", "CPU:2"]
+    with tf.Graph().as_default() as graph:
+        agent = agent_lib.create_agent(agent_config)
+        agent.unroll, forward = _ops_made_by(graph, agent.unroll)
+        gradients, backward = _ops_made_by(graph, tf.compat.v1.gradients)
+        monkeypatch.setattr(tf.compat.v1, "gradients", gradients)
+        queues = [pipeline.create_queue(specs, learner=k) for k in range(2)]
+        learner_pipeline = pipeline.build_learner_pipeline(
+            agent, queues, specs, config, ["/cpu:1", "/cpu:2"]
+        )
+        monkeypatch.undo()
+        vtrace_ops = [op.name for op in graph.get_operations() if "vtrace" in op.name]
+        variables = tf.compat.v1.global_variables()
+        unrolls = random_unrolls(specs, 2, agent_config.num_actions, LEVELS[:1])
+        enqueue = [
+            q.enqueue(tf.nest.flatten(tf.nest.map_structure(tf.constant, u)))
+            for q, u in zip(queues, unrolls, strict=True)
+        ]
+        trace = tf.compat.v1.RunMetadata()
+        with session(3) as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for op in enqueue:
+                sess.run(op)
+            sess.run(learner_pipeline.stage_op)
+            sess.run(
+                learner_pipeline.learner.train_and_count,
+                options=tf.compat.v1.RunOptions(
+                    trace_level=tf.compat.v1.RunOptions.FULL_TRACE
+                ),
+                run_metadata=trace,
+            )
+    ran_on, applied_on = {}, set()
+    for device in trace.step_stats.dev_stats:
+        for node in device.node_stats:
+            ran_on[node.node_name] = device.device.rsplit("device:", 1)[1]
+            if "ApplyRMSProp" in node.timeline_label:
+                applied_on.add(ran_on[node.node_name])
+    assert len(forward) == 2 and len(backward) == 2 and vtrace_ops
+    for tower, (made, grads) in enumerate(zip(forward, backward, strict=True)):
+        # Grappler folds constants and shapes away: the rest ran by name.
+        ran_forward = {ran_on[name] for name in made if name in ran_on}
+        assert ran_forward == {towers[tower]}, tower
+        # A gradient op runs with the op it differentiates: the unroll's on
+        # the tower's device, the loss's on the host's CPU.
+        colocated = collections.defaultdict(set)
+        for name in grads:
+            if name in ran_on:
+                (group,) = graph.get_operation_by_name(name).colocation_groups()
+                through_unroll = group.decode().removeprefix("loc:@") in made
+                colocated[through_unroll].add(ran_on[name])
+        assert colocated == {True: {towers[tower]}, False: {"CPU:0"}}, tower
+    assert {ran_on[name] for name in vtrace_ops if name in ran_on} == {"CPU:0"}
+    slots = [v for v in variables if "RMSProp" in v.op.name]
+    assert slots and len(variables) > len(slots)
+    placed = {tf.DeviceSpec.from_string(v.device).device_index for v in variables}
+    assert placed == {1}, sorted((v.op.name, v.device) for v in variables)
+    assert applied_on == {towers[0]}
