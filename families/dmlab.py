@@ -204,8 +204,15 @@ class PyProcessDmLab:
             ) from None
         # The first episode starts here, not in initial(): a level whose map
         # is missing makes the engine exit the whole process, and at start-up
-        # that is reported as this level's process dying while it starts.
-        self._reset()
+        # that is reported as this level's process dying while it starts. A
+        # level that cannot start an episode (a psychlab level without its
+        # dataset) is one line naming it, as one that cannot load.
+        try:
+            self._reset()
+        except RuntimeError as e:
+            raise ValueError(
+                f"DeepMind Lab cannot start level {level!r}: {str(e).strip()}"
+            ) from None
         self._fresh = True
 
     def _reset(self) -> None:
@@ -283,9 +290,9 @@ class DeepMindLabFamily(EnvironmentFamily):
     )
     # Any name no other family claims may be a custom level of the user's.
     catch_all = True
-    # The engine is a per-process singleton: a second level in one process
-    # crashes it.
-    max_envs_per_process = 1
+    # No limit: the library's loader gives each Lab after a process's first
+    # its own copy of the engine (public/dmlab_so_loader.cc), so several
+    # share a process. The default stays one a process, as the reference's.
     flags = (
         FamilyFlag(
             "width",

@@ -82,7 +82,7 @@ class DeepMindLab:
     def in_child(self, code: str, **extra: str) -> dict:
         """Runs `code` (which fills `out`, a dict) in a fresh Python with
         this deepmind_lab; returns `out`. Each Lab runs in a child process of
-        its own, as in training: DeepMind Lab supports one Lab per process."""
+        its own, as in training."""
         program = (
             "import json, sys, time\n"
             "import numpy as np\n"

@@ -90,7 +90,7 @@ reward = lab.step(forward, num_steps=4)
 out['reward_type'] = type(reward).__name__
 try:
     lab.step(np.array([0, 0, 0, 1, 0, 0, 0]), num_steps=4)  # int64
-except TypeError:
+except ValueError:
     out['int64_refused'] = True
 steps = 1
 while lab.is_running():
@@ -104,7 +104,7 @@ for call in ('observations', 'step'):
         out[call] = str(e)
 """
     )
-    assert out["int_config"].startswith("Config keys and values must be strings")
+    assert "int_config" in out  # a TypeError
     assert out["unknown"].startswith(
         "Failed to init environment - \"Level not found: Failed to open file '"
     )
@@ -166,45 +166,37 @@ out['calls'] = cache.calls
     assert again == ["fetch", first[1], "explore_maze.pk3", True]
 
 
-def test_a_second_lab_in_one_process_ends_it():
-    """On the stand-in, as on the real engine: one Lab per process, which is
-    why every environment of this project has a process of its own."""
-    result = STANDIN_LAB.run(
-        [
-            sys.executable,
-            "-c",
-            "import deepmind_lab\n"
-            f"a = deepmind_lab.Lab({FULL_LEVEL!r}, [])\n"
-            f"b = deepmind_lab.Lab({FULL_LEVEL!r}, [])\n"
-            "print('survived')",
-        ],
-        timeout=60,
-    )
-    assert result.returncode != 0 and "survived" not in result.stdout
-
-
-def test_deepmind_lab_environments_do_not_share_a_process(tmp_path):
-    """On the stand-in: asking for two levels in one process is one flag
-    error before any process starts."""
+def test_two_deepmind_lab_environments_share_a_process_in_training(tmp_path):
+    """The library's loader lets several Labs share a process (each gets its
+    own copy of the engine; tests/dmlab_contract_test.py): an actor whose two
+    environments share one process trains, both Labs in that process."""
+    trace = tmp_path / "trace.jsonl"
     result = STANDIN_LAB.run(
         command(
-            "--level_name=dmlab30",
-            f"--logdir={tmp_path}",
+            *SMALL,
+            f"--level_name={LEVEL}",
+            f"--logdir={tmp_path / 'run'}",
+            "--num_actors=1",
             "--envs_per_actor=2",
             "--envs_per_process=2",
+            "--batch_size=2",
+            "--total_environment_frames=1600",
         ),
-        timeout=120,
+        timeout=240,
+        DEEPMIND_LAB_STANDIN_TRACE=str(trace),
     )
-    assert result.returncode == 2, result.stderr[-3000:]
-    assert (
-        "--envs_per_process=2: DeepMind Lab runs one level per process" in result.stderr
-    )
-    assert os.listdir(tmp_path) == []
+    assert result.returncode == 0, result.stderr[-3000:]
+    inits = [e["pid"] for e in read_trace(trace) if e["event"] == "init"]
+    assert len(inits) == 2 and len(set(inits)) == 1, inits
+    assert "Training done" in result.stderr
 
 
 # -- DMLab-30 through experiment.py ------------------------------------------------
 
 NUM_LEVELS = len(dmlab30.LEVEL_MAPPING)
+# Two psychlab levels load their stimuli from here (the stand-in reads no
+# file of it; the real library would need brady_konkle_oliva2008's).
+DATASET_PATH = os.path.join(REPO_ROOT, "tests")
 
 
 @pytest.fixture(scope="module")
@@ -217,6 +209,7 @@ def dmlab30_run(tmp_path_factory):
         command(
             *SMALL,
             "--level_name=dmlab30",
+            f"--dataset_path={DATASET_PATH}",
             f"--num_actors={NUM_LEVELS}",
             "--batch_size=2",
             "--seed=5",
@@ -273,6 +266,7 @@ def test_dmlab30_test_mode_opens_the_hold_out_levels_and_scores_them(
         command(
             *SMALL,
             "--level_name=dmlab30",
+            f"--dataset_path={DATASET_PATH}",
             f"--logdir={logdir}",
             "--mode=test",
             "--test_num_episodes=1",

@@ -209,6 +209,12 @@ def test_a_killed_deepmind_lab_process_is_restarted(lab, tmp_path):
         # process (the stand-in is told its map is missing; on a full
         # DeepMind Lab build the level starts and the test skips).
         ("natlab_fixed_large_map", "died: exited with code"),
+        # Without --dataset_path its first episode cannot load its stimuli.
+        (
+            "psychlab_continuous_recognition",
+            "DeepMind Lab cannot start level 'contributed/dmlab30/psychlab_"
+            "continuous_recognition': Failed to start environment",
+        ),
     ],
 )
 def test_a_level_that_cannot_start_is_one_line_naming_it(

@@ -196,3 +196,21 @@ def test_a_family_registered_by_a_script_trains_and_tests_end_to_end(tmp_path):
     assert all(len(r["returns"]) == 3 for r in results["levels"].values())
     assert set(results["human_normalized"]) == {"mean_return"}
     assert "toy2 human-normalised mean_return:" in test.stdout
+
+
+def test_a_family_that_limits_environments_per_process_says_so():
+    """`max_envs_per_process` (no family of the project sets one: DeepMind
+    Lab allows several Labs to a process) gives one flag error above it."""
+
+    class TwoToAProcess(toy_family.ToyFamily):
+        max_envs_per_process = 2
+
+    family = TwoToAProcess()
+    assert family.envs_per_process_problem(2, "toy/corridor") is None
+    assert family.envs_per_process_problem(4, "toy/corridor") == (
+        "--envs_per_process=4: Toy runs 2 levels per process, and "
+        "--level_name=toy/corridor has Toy levels; use --envs_per_process=2 "
+        "(several environments to a process are for families that allow it, "
+        "such as Atari)."
+    )
+    assert toy_family.FAMILY.envs_per_process_problem(64, "toy/corridor") is None

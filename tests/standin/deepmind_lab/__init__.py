@@ -8,22 +8,43 @@ importable only where a test puts `tests/standin` on the Python path (the
 tests that use it set PYTHONPATH for the processes they start); nothing a user
 installs or runs can import it.
 
-It follows the contract measured on the real library (deepmind_lab 1.0,
-explore_goal_locations_small, software renderer, 96x72):
+It follows the real library as measured (deepmind_lab 1.0,
+explore_goal_locations_small, software renderer, 96x72) and as its source
+says (google-deepmind/lab: python/dmlab_module.c, public/dmlab_so_loader.cc,
+engine/code/deepmind/dmlab_connect.c, game_scripts/); tests/dmlab_contract_test.py
+holds it, and the real library where installed, to a table of that
+behaviour, each row with its source:
 
-- `Lab(level, observations, config={}, renderer='software', level_cache=None)`;
-  config keys and values are strings (anything else is a TypeError).
+- `Lab(level, observations, config={}, renderer='', level_cache=None,
+  temp_folder=None)`: `observations` a list and `config` a dict (else
+  TypeError, as the argument parser says), config keys and values strings
+  (else TypeError). `renderer` '' or 'software' (software), 'hardware', else
+  RuntimeError. `width` and `height` positive multiples of 4, else
+  RuntimeError "Failed to apply setting ...". A key neither the engine nor
+  the levels' setting decorator knows is RuntimeError "Failed to init
+  environment - ... Invalid setting" (a level's own parameters, which real
+  levels also accept, are not modelled). An unknown observation is
+  ValueError.
 - `observation_spec()`: 43 dicts `{name, shape, dtype}`; `RGB_INTERLEAVED`
   is (height, width, 3) uint8, `INSTR` has shape () and dtype str (the empty
   string on explore levels). The other 41 names are those DeepMind Lab's
   documentation lists; only the count was checked against the real module.
 - `action_spec()`: the 7 actions in DeepMind Lab's order with their bounds;
-  `step(action, num_steps)` takes an `np.intc` array of 7 and returns the
-  reward summed over the frames, a Python float.
-- `reset(seed=...)` starts an episode of 5,400 frames (90 s at 60 frames/s,
-  as explore_goal_locations_small; the real levels' lengths differ); then
-  `is_running()` is False, `num_steps()` is 5400, and `observations()` and
-  `step()` raise RuntimeError with the real engine's words.
+  `step(action, num_steps)` takes a numpy array (else TypeError) of 7
+  (else ValueError "action must have shape (7)") of dtype np.intc (else
+  ValueError "action must have dtype np.intc") and returns the reward summed
+  over the frames, a Python float; before `reset` or after the episode's
+  end it raises RuntimeError "Environment in wrong status to advance.".
+- `reset(episode=-1, seed=None)`: `seed` an int or None, else ValueError; a
+  level that cannot start raises RuntimeError "Failed to start environment
+  - ...": DMLab-30's psychlab_arbitrary_visuomotor_mapping and
+  psychlab_continuous_recognition without a `datasetPath` (their
+  brady_konkle_oliva2008 stimuli load as an episode starts; 'dummy' gives
+  the library's own stand-in images). An episode lasts 5,400 frames (90 s at
+  60 frames/s, as explore_goal_locations_small; the real levels' lengths
+  differ); then `is_running()` is False, `num_steps()` is 5400, and
+  `observations()` and `step()` raise RuntimeError with the real engine's
+  words.
 - An unknown level fails at `Lab(...)` with the engine's "Level not found"
   RuntimeError; a DMLab-30 `*_test` level needs `allowHoldOutLevels`.
 - Level cache: before a maze level's episode the engine asks
@@ -31,15 +52,15 @@ explore_goal_locations_small, software renderer, 96x72):
   `explore_maze.pk3`); on a miss it compiles the map and calls
   `level_cache.write(key, pk3_path)`. Here the explore levels compile a new
   maze at every reset, its key a function of the level and the seed.
-- One `Lab` per process: a second one while the first is open ends the
-  process, as the real engine crashes.
+- Several `Lab`s in one process: the library's loader opens a fresh copy of
+  the engine for each one after the first, so each has its own state.
 
 What it does not model: a 3D world. Frames are a cheap picture of the
 player's position and orientation, and rewards a seeded random process that
 pays more for moving forward; the levels' own rules, their datasets and their
 real episode lengths are not here.
 
-Three environment variables exist for tests (the real module has none):
+Four environment variables exist for tests (the real module has none):
 - DEEPMIND_LAB_STANDIN_TRACE: a file to which every Lab appends one JSON line
   per event (`init`, `reset`, `cache`), so that a test sees what happened in
   the environment processes of a run.
@@ -49,6 +70,9 @@ Three environment variables exist for tests (the real module has none):
 - DEEPMIND_LAB_STANDIN_MISSING_MAPS: comma-separated level names whose map
   files this "build" lacks: their first reset ends the process with exit code
   1, as the real engine does when a map is missing.
+- DEEPMIND_LAB_STANDIN_FAILING_STARTS: comma-separated level names whose
+  `reset` raises the library's RuntimeError "Failed to start environment",
+  as a level script that errors when an episode starts does.
 """
 
 from __future__ import annotations
@@ -64,7 +88,6 @@ import numpy as np
 
 _VERSION = "1.0 (test stand-in)"
 _runfiles_path = os.path.dirname(os.path.abspath(__file__))
-_open_labs = 0
 
 _DMLAB30 = """
 rooms_collect_good_objects_train rooms_collect_good_objects_test
@@ -101,6 +124,27 @@ _ACTIONS = (
     ("FIRE", 0, 1),
     ("JUMP", 0, 1),
     ("CROUCH", 0, 1),
+)
+# Settings the engine itself reads (dmlab_connect.c, dmlab_setting); any
+# other key goes to the level script.
+_ENGINE_SETTINGS = frozenset(
+    """levelName levelDirectory width height server client hasAltCameras
+    maxAltCameraWidth maxAltCameraHeight localLevelCache globalLevelCache
+    serverPort port vmMode fps logToStdErr minimalUI reducedUI nativeApp
+    appendCommand record demo video demofiles use_pbos gpuDeviceIndex
+    playerName mixerSeed""".split()
+)
+# What the levels' setting decorator accepts besides a level's own
+# parameters (game_scripts/decorators/setting_overrides.lua).
+_SCRIPT_SETTINGS = frozenset(
+    """episodeLengthSeconds invocationMode allowHoldOutLevels levelGenerator
+    playerId players randomSeed datasetPath enableCameraMovement logLevel
+    __platform__ textureRandomization""".split()
+)
+# DMLab-30 levels whose episodes load the brady_konkle_oliva2008 stimuli
+# (game_scripts/factories/psychlab/*_factory.lua).
+_DATASET_LEVELS = frozenset(
+    ["psychlab_arbitrary_visuomotor_mapping", "psychlab_continuous_recognition"]
 )
 _FRAMES_PER_SECOND = 60
 _EPISODE_FRAMES = 90 * _FRAMES_PER_SECOND
@@ -188,9 +232,25 @@ def _trace(event: str, **fields) -> None:
             f.write(line + "\n")
 
 
-def _missing_maps() -> set[str]:
-    names = os.environ.get("DEEPMIND_LAB_STANDIN_MISSING_MAPS", "")
+def _listed(variable: str) -> set[str]:
+    names = os.environ.get(variable, "")
     return {n.strip() for n in names.split(",") if n.strip()}
+
+
+def _check_size(key: str, value: str) -> None:
+    """The engine's check of `width` and `height` (dmlab_connect.c)."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise RuntimeError(
+            f"Failed to apply setting '{key} = {value}' - \"Failed to parse "
+            f"'{value}' as an integer\""
+        ) from None
+    if number < 4 or number % 4:
+        raise RuntimeError(
+            f"Failed to apply setting '{key} = {value}' - \"'{key}' must be a "
+            f'positive multiple of 4. Actual {number}"'
+        )
 
 
 class Lab:
@@ -201,24 +261,33 @@ class Lab:
         level,
         observations,
         config=None,
-        renderer="software",
+        renderer="",
         level_cache=None,
+        temp_folder=None,
     ):
-        global _open_labs
+        # The argument parser's checks ("sO!|O!sOs": a list, a dict, strings).
+        if not isinstance(level, str):
+            raise TypeError(f"argument 1 must be str, not {type(level).__name__}")
+        if not isinstance(observations, list):
+            raise TypeError(
+                f"argument 2 must be list, not {type(observations).__name__}"
+            )
         config = {} if config is None else config
+        if not isinstance(config, dict):
+            raise TypeError(f"argument 3 must be dict, not {type(config).__name__}")
+        if not isinstance(renderer, str):
+            raise TypeError(f"argument 4 must be str, not {type(renderer).__name__}")
+        if renderer not in ("", "software", "hardware"):
+            raise RuntimeError(
+                'Failed to set renderer must be "hardware" or "software" '
+                f'actual "{renderer}"!'
+            )
         for key, value in config.items():
             if not isinstance(key, str) or not isinstance(value, str):
-                raise TypeError(
-                    f"Config keys and values must be strings: {key!r}: {value!r}"
-                )
-        if renderer not in ("software", "hardware"):
-            raise ValueError("renderer must be 'software' or 'hardware'")
-        if _open_labs:
-            # The real engine keeps global state: a second instance crashes
-            # the process.
-            sys.stderr.write("deepmind_lab stand-in: a second Lab in one process\n")
-            sys.stderr.flush()
-            os._exit(134)
+                raise TypeError("bad argument type for built-in operation")
+        for key in ("width", "height"):
+            if key in config:
+                _check_size(key, config[key])
         name = level.removeprefix("contributed/dmlab30/")
         if level not in LEVELS:
             raise RuntimeError(
@@ -230,6 +299,14 @@ class Lab:
                 f'Failed to init environment - "[string "{level}"]: hold-out '
                 'level: set allowHoldOutLevels to "true" to load it"'
             )
+        script_settings = {k: v for k, v in config.items() if k not in _ENGINE_SETTINGS}
+        for key, value in script_settings.items():
+            if key not in _SCRIPT_SETTINGS:
+                raise RuntimeError(
+                    f'Failed to init environment - "[string "{level}"]: '
+                    f'Invalid setting: "{key}" = "{value}""'
+                )
+        self._dataset_path = config.get("datasetPath", "")
         self._level = level
         self._name = name or level
         self._width = int(config.get("width", "320"))
@@ -248,7 +325,6 @@ class Lab:
         )
         self._work_dir = tempfile.mkdtemp(prefix="dmlab_standin_")
         self._status = "ready"  # ready | running | finished | closed
-        _open_labs += 1
         self._frames = 0
         self._rng = np.random.RandomState(0)
         self._position = np.zeros(3)
@@ -268,7 +344,26 @@ class Lab:
             raise RuntimeError("Environment in wrong status to reset.")
         if seed is None:
             seed = int.from_bytes(os.urandom(4), "little") >> 1
-        if {self._level, self._name} & _missing_maps():
+        elif not isinstance(seed, int):
+            raise ValueError(
+                f"'seed' must be int or None, was '{type(seed).__name__}'."
+            )
+        if self._level in _listed("DEEPMIND_LAB_STANDIN_FAILING_STARTS") or (
+            self._name in _listed("DEEPMIND_LAB_STANDIN_FAILING_STARTS")
+        ):
+            raise RuntimeError(
+                f'Failed to start environment - "[string "{self._level}"]: '
+                'the level script failed to start an episode"'
+            )
+        if self._name in _DATASET_LEVELS and not self._dataset_path:
+            raise RuntimeError(
+                'Failed to start environment - "[string '
+                '"datasets/brady_konkle_oliva2008.lua"]: assertion failed!\n '
+                "Follow instructions to download datasets here: \n "
+                '"data/brady_konkle_oliva2008/README.md"\n and update '
+                'DATASET_PATH to point the data folder."'
+            )
+        if {self._level, self._name} & _listed("DEEPMIND_LAB_STANDIN_MISSING_MAPS"):
             sys.stderr.write(
                 f"ERROR: Couldn't load maps/{self._level.split('/')[-1]}.bsp\n"
             )
@@ -312,16 +407,16 @@ class Lab:
         return self._frames
 
     def step(self, action, num_steps=1) -> float:
+        if not isinstance(action, np.ndarray):
+            raise TypeError(
+                f"argument 1 must be numpy.ndarray, not {type(action).__name__}"
+            )
         if self._status != "running":
             raise RuntimeError("Environment in wrong status to advance.")
-        if (
-            not isinstance(action, np.ndarray)
-            or action.dtype != np.intc
-            or action.shape != (len(_ACTIONS),)
-        ):
-            raise TypeError(
-                "action must be a numpy array of dtype np.intc and shape (7,)"
-            )
+        if action.shape != (len(_ACTIONS),):
+            raise ValueError(f"action must have shape ({len(_ACTIONS)})")
+        if action.dtype != np.intc:
+            raise ValueError("action must have dtype np.intc")
         reward = 0.0
         for _ in range(int(num_steps)):
             self._yaw = (self._yaw + 0.1 * float(action[0])) % 360.0
@@ -384,8 +479,5 @@ class Lab:
         return float(_FRAMES_PER_SECOND)
 
     def close(self) -> None:
-        global _open_labs
-        if self._status != "closed":
-            _open_labs -= 1
         self._status = "closed"
         shutil.rmtree(self._work_dir, ignore_errors=True)
