@@ -215,6 +215,13 @@ def test_a_killed_deepmind_lab_process_is_restarted(lab, tmp_path):
             "DeepMind Lab cannot start level 'contributed/dmlab30/psychlab_"
             "continuous_recognition': Failed to start environment",
         ),
+        # A level script that fails as an episode starts (the stand-in is
+        # told so; on the real library the level starts and the test skips).
+        (
+            "explore_object_locations_small",
+            "DeepMind Lab cannot start level 'contributed/dmlab30/explore_object_"
+            "locations_small': Failed to start environment",
+        ),
     ],
 )
 def test_a_level_that_cannot_start_is_one_line_naming_it(
@@ -231,9 +238,12 @@ def test_a_level_that_cannot_start_is_one_line_naming_it(
         ),
         timeout=180,
         DEEPMIND_LAB_STANDIN_MISSING_MAPS="natlab_fixed_large_map",
+        DEEPMIND_LAB_STANDIN_FAILING_STARTS="explore_object_locations_small",
     )
     if level.startswith("natlab") and result.returncode == 0:
         pytest.skip("this DeepMind Lab build has the natlab maps")
+    if level.startswith("explore") and result.returncode == 0:
+        pytest.skip("a failing start is injected into the stand-in only")
     assert result.returncode == 1, result.stderr[-3000:]
     line = one_error_line(result.stderr)
     assert line.startswith(f"experiment.py: error: --level_name={level}: ")
