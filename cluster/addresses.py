@@ -12,10 +12,10 @@ Where the addresses come from (see `resolve_cluster`):
   Kubeflow's TFJob and cloud trainers), a JSON object such as
   `{"cluster": {"learner": ["h0:8000"], "actor": ["h1:8001", "h2:8001"]},
   "task": {"type": "actor", "index": 1}}`. Two spellings of the job names are
-  accepted, never mixed: `learner`/`actor`, or TFJob's `chief`/`worker`
-  (chief = the learner, worker i = actor i; a TFJob chief is one task, so
-  several learner tasks need the learner/actor names). Any other job (`ps`,
-  `evaluator`, `master`, ...) is an error, as is an empty learner list.
+  accepted, never mixed: `learner`/`actor`, or the replica types of a
+  Kubeflow TFJob as its operator writes them: `chief` (or `master`) is
+  learner task 0, `ps` replica i learner task i + 1, `worker` i actor i.
+  An `evaluator` or any other job is an error, as is an empty learner list.
   Other top-level keys (`environment`, ...) are ignored. `"task"` may be
   left out when `--job_name`/`--task` give it.
 
@@ -48,13 +48,8 @@ from cluster.spec import (
     SOURCE_COMMAND_LINE,
     SOURCE_TF_CONFIG,
     SOURCE_TF_CONFIG_TFJOB,
+    SOURCE_TF_CONFIG_TFJOB_MASTER,
     ClusterConfig,
-)
-
-# TF_CONFIG job-name spellings: ours, and Kubeflow TFJob's chief/worker.
-_TF_CONFIG_NAMINGS = (
-    {"learner": LEARNER_JOB, "actor": ACTOR_JOB},
-    {"chief": LEARNER_JOB, "worker": ACTOR_JOB},
 )
 
 
@@ -109,6 +104,49 @@ class _TfConfig(NamedTuple):
     source: str
 
 
+def _host_list(cluster: dict, job: str) -> list[str]:
+    """cluster[job] as a list of strings (a ValueError naming it otherwise)."""
+    entries = cluster[job]
+    if isinstance(entries, dict) and job == "worker":
+        raise ValueError(
+            "TF_CONFIG cluster.worker is a map of some workers (a TFJob with "
+            "enableDynamicWorker); every task of this program needs every "
+            "address: leave enableDynamicWorker unset"
+        )
+    if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
+        raise ValueError(
+            f'TF_CONFIG cluster.{job} must be a list of "HOST:PORT" '
+            f"strings, got {entries!r}"
+        )
+    return [e.strip() for e in entries]
+
+
+def _tfjob_roles(cluster: dict) -> tuple[dict[str, list[str]], str] | None:
+    """A TFJob's replica types as (learner and actor address lists, the
+    source), or None when the jobs are not a TFJob's: the Chief (or Master)
+    is learner task 0, PS replica i learner task i + 1, Worker i actor i."""
+    names = set(cluster)
+    chiefs = names & {"chief", "master"}
+    if len(chiefs) != 1 or "worker" not in names or names - {*chiefs, "worker", "ps"}:
+        return None
+    (chief,) = chiefs
+    chief_hosts = _host_list(cluster, chief)
+    if len(chief_hosts) != 1:
+        raise ValueError(
+            f"TF_CONFIG cluster.{chief} lists {len(chief_hosts)} addresses; a "
+            f"TFJob's {chief.capitalize()} is one replica (learner task 0): "
+            "give further learner tasks as PS replicas"
+        )
+    ps_hosts = _host_list(cluster, "ps") if "ps" in names else []
+    source = (
+        SOURCE_TF_CONFIG_TFJOB if chief == "chief" else SOURCE_TF_CONFIG_TFJOB_MASTER
+    )
+    return {
+        LEARNER_JOB: chief_hosts + ps_hosts,
+        ACTOR_JOB: _host_list(cluster, "worker"),
+    }, source
+
+
 def _parse_tf_config(env_value: str) -> _TfConfig:
     example = (
         '{"cluster": {"learner": ["host0:8000"], "actor": ["host1:8001"]}, '
@@ -127,42 +165,34 @@ def _parse_tf_config(env_value: str) -> _TfConfig:
         )
     cluster = data["cluster"]
     names = set(cluster)
-    naming = next((n for n in _TF_CONFIG_NAMINGS if names == set(n)), None)
-    if naming is None:
+    if "evaluator" in names:
+        raise ValueError(
+            "TF_CONFIG cluster has an evaluator job; this program has no "
+            "evaluator task: leave the Evaluator replica out and run test mode "
+            "(--mode=test on the learner's --logdir) as a job of its own"
+        )
+    if names == {LEARNER_JOB, ACTOR_JOB}:
+        lists = {job: _host_list(cluster, job) for job in (LEARNER_JOB, ACTOR_JOB)}
+        source = SOURCE_TF_CONFIG
+    elif tfjob := _tfjob_roles(cluster):
+        lists, source = tfjob
+    else:
         raise ValueError(
             f"TF_CONFIG cluster has jobs {sorted(names)}; this program needs "
-            f'exactly a learner and actors, named ["learner", "actor"] or '
-            f'(Kubeflow TFJob) ["chief", "worker"]'
+            f'learner and actor tasks, named ["learner", "actor"] or, as a '
+            f'Kubeflow TFJob writes them, ["chief", "worker"] with optional '
+            f'"ps" (further learner tasks; "master" for "chief")'
         )
-    to_ours = naming
-    to_theirs = {ours: theirs for theirs, ours in naming.items()}
-    lists = {}
-    for theirs, ours in to_ours.items():
-        entries = cluster[theirs]
-        if not isinstance(entries, list) or not all(
-            isinstance(e, str) for e in entries
-        ):
-            raise ValueError(
-                f'TF_CONFIG cluster.{theirs} must be a list of "HOST:PORT" '
-                f"strings, got {entries!r}"
-            )
-        lists[ours] = entries
     learners = lists[LEARNER_JOB]
     if not learners:
         raise ValueError(
-            f"TF_CONFIG cluster.{to_theirs[LEARNER_JOB]} is empty; list the "
-            f"learner's address (one per learner task)"
-        )
-    if len(learners) != 1 and to_theirs[LEARNER_JOB] == "chief":
-        raise ValueError(
-            f"TF_CONFIG cluster.chief lists {len(learners)} addresses; a TFJob "
-            f"chief is one task, so name the jobs learner and actor to list "
-            f"several learner tasks"
+            "TF_CONFIG cluster.learner is empty; list the learner's address "
+            "(one per learner task)"
         )
     if not lists[ACTOR_JOB]:
         raise ValueError(
-            f"TF_CONFIG cluster.{to_theirs[ACTOR_JOB]} is empty; list at least "
-            f"one actor address"
+            f"TF_CONFIG cluster.{'actor' if source == SOURCE_TF_CONFIG else 'worker'}"
+            " is empty; list at least one actor address"
         )
     job_name = task = None
     if "task" in data:
@@ -170,12 +200,13 @@ def _parse_tf_config(env_value: str) -> _TfConfig:
         if not isinstance(spec, dict) or "type" not in spec or "index" not in spec:
             raise ValueError(
                 f'TF_CONFIG task={spec!r} must be an object with "type" and '
-                f'"index", e.g. {{"type": "{to_theirs[ACTOR_JOB]}", "index": 0}}'
+                f'"index", e.g. {{"type": "'
+                f'{"actor" if source == SOURCE_TF_CONFIG else "worker"}", "index": 0}}'
             )
-        if spec["type"] not in to_ours:
+        if spec["type"] not in names:
             raise ValueError(
                 f"TF_CONFIG task.type={spec['type']!r} is not a job of its "
-                f"cluster; use one of {sorted(to_ours)}"
+                f"cluster; use one of {sorted(names)}"
             )
         index = spec["index"]
         if isinstance(index, bool) or not isinstance(index, int):
@@ -183,14 +214,17 @@ def _parse_tf_config(env_value: str) -> _TfConfig:
                 f"TF_CONFIG task.index={index!r} is not an integer; use a task "
                 f"index such as 0"
             )
-        job_name, task = to_ours[spec["type"]], index
-    return _TfConfig(
-        tuple(h.strip() for h in learners),
-        tuple(h.strip() for h in lists[ACTOR_JOB]),
-        job_name,
-        task,
-        SOURCE_TF_CONFIG if "learner" in names else SOURCE_TF_CONFIG_TFJOB,
-    )
+        job_name, task = _our_task(spec["type"], index)
+    return _TfConfig(tuple(learners), tuple(lists[ACTOR_JOB]), job_name, task, source)
+
+
+def _our_task(job: str, index: int) -> tuple[str, int]:
+    """A TF_CONFIG task as (our job, our task index)."""
+    if job in (ACTOR_JOB, "worker"):
+        return ACTOR_JOB, index
+    if job == "ps":
+        return LEARNER_JOB, index + 1
+    return LEARNER_JOB, index  # learner, chief or master
 
 
 def resolve_cluster(

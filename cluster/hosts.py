@@ -15,6 +15,7 @@ from cluster.spec import (
     LEARNER_JOB,
     SOURCE_COMMAND_LINE,
     SOURCE_TF_CONFIG_TFJOB,
+    SOURCE_TF_CONFIG_TFJOB_MASTER,
     ClusterConfig,
     from_tf_config,
 )
@@ -31,8 +32,16 @@ _LABEL_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
 def describe_setting(source: str, job: str, task: int | None = None) -> str:
     """Names the setting an address came from, for error messages."""
     if from_tf_config(source):
-        if source == SOURCE_TF_CONFIG_TFJOB:
-            job = {LEARNER_JOB: "chief", ACTOR_JOB: "worker"}[job]
+        if source in (SOURCE_TF_CONFIG_TFJOB, SOURCE_TF_CONFIG_TFJOB_MASTER):
+            # A TFJob: learner task 0 is the chief (or master), learner task
+            # k > 0 is ps[k - 1], actor task i is worker[i].
+            chief = "chief" if source == SOURCE_TF_CONFIG_TFJOB else "master"
+            if job == ACTOR_JOB:
+                job = "worker"
+            elif task:
+                job, task = "ps", task - 1
+            else:
+                job = chief
         return f"TF_CONFIG cluster.{job}" + ("" if task is None else f"[{task}]")
     return "--learner_host" if job == LEARNER_JOB else "--actor_hosts"
 

@@ -20,7 +20,10 @@ JOB_NAMES = (LEARNER_JOB, ACTOR_JOB)
 # ClusterConfig.source values: where the addresses came from.
 SOURCE_COMMAND_LINE = "flags"
 SOURCE_TF_CONFIG = "TF_CONFIG"  # Jobs named learner/actor.
-SOURCE_TF_CONFIG_TFJOB = "TF_CONFIG chief/worker"  # Kubeflow TFJob names.
+# Kubeflow TFJob's replica types: Chief (or Master) and PS are the learner
+# tasks, Worker the actor tasks (cluster/addresses.py).
+SOURCE_TF_CONFIG_TFJOB = "TF_CONFIG chief/worker"
+SOURCE_TF_CONFIG_TFJOB_MASTER = "TF_CONFIG master/worker"
 
 
 def from_tf_config(source: str) -> bool:
@@ -35,7 +38,8 @@ class ClusterConfig(NamedTuple):
     job_name: 'learner' or 'actor' (this process).
     task: this process's task index in its job.
     source: where the addresses came from, to name the right setting in
-      error messages: 'flags', 'TF_CONFIG' or 'TF_CONFIG chief/worker'.
+      error messages: 'flags', 'TF_CONFIG', or a TFJob's 'TF_CONFIG
+      chief/worker' or 'TF_CONFIG master/worker'.
     """
 
     learner_host: str

@@ -164,6 +164,67 @@ def test_tf_config_learner_actor_names():
     assert config.source == "TF_CONFIG"
 
 
+# What Kubeflow's training-operator (v1, pkg/controller.v1/tensorflow/
+# tensorflow.go: genTFConfigJSONStr, genClusterSpec) writes into each
+# replica's TF_CONFIG: Go's json.Marshal of {cluster, task, environment},
+# map keys sorted, each address "<job>-<type>-<i>.<namespace>.svc:<port>"
+# (port 2222 by default), the replica type lower-cased.
+TFJOB_ONE_LEARNER = (
+    '{"cluster":{"chief":["impala-chief-0.default.svc:2222"],"worker":'
+    '["impala-worker-0.default.svc:2222","impala-worker-1.default.svc:2222"]},'
+    '"task":{"type":"worker","index":1},"environment":"cloud"}'
+)
+TFJOB_TWO_LEARNERS = (
+    '{"cluster":{"master":["impala-master-0.rl.svc:2222"],"ps":'
+    '["impala-ps-0.rl.svc:2222"],"worker":["impala-worker-0.rl.svc:2222",'
+    '"impala-worker-1.rl.svc:2222","impala-worker-2.rl.svc:2222"]},'
+    '"task":{"type":"ps","index":0},"environment":"cloud"}'
+)
+
+
+def test_a_tfjobs_tf_config_with_one_learner():
+    config = from_tf_config(TFJOB_ONE_LEARNER)
+    assert config[:4] == (
+        "impala-chief-0.default.svc:2222",
+        ("impala-worker-0.default.svc:2222", "impala-worker-1.default.svc:2222"),
+        "actor",
+        1,
+    )
+
+
+def test_a_tfjobs_tf_config_with_a_master_and_a_ps_replica_is_two_learner_tasks():
+    """Master (or Chief) is learner task 0, PS replica i learner task i + 1
+    (here this task: learner task 1), Worker i actor i."""
+    config = from_tf_config(TFJOB_TWO_LEARNERS)
+    assert config.learner_hosts == (
+        "impala-master-0.rl.svc:2222",
+        "impala-ps-0.rl.svc:2222",
+    )
+    assert config.num_actors == 3
+    assert (config.job_name, config.task) == ("learner", 1)
+    # A bad address is named as the TFJob's replica.
+    bad = TFJOB_TWO_LEARNERS.replace("impala-ps-0.rl.svc:2222", "impala-ps-0:x")
+    with pytest.raises(ValueError, match=r"TF_CONFIG cluster\.ps\[0\]"):
+        from_tf_config(bad)
+
+
+@pytest.mark.parametrize(
+    "cluster, expected",
+    [
+        (
+            {"chief": ["c:1"], "worker": ["w:1"], "evaluator": ["e:1"]},
+            "this program has no evaluator task",
+        ),
+        ({"chief": ["c:1"], "worker": {"0": "w:1"}}, "enableDynamicWorker"),
+        ({"chief": ["c:1"], "master": ["m:1"], "worker": ["w:1"]}, "jobs"),
+        ({"ps": ["p:1"], "worker": ["w:1"]}, "jobs ['ps', 'worker']"),
+    ],
+)
+def test_tfjob_layouts_this_program_cannot_run(cluster, expected):
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        from_tf_config(_tf_config(cluster, {"type": "worker", "index": 0}))
+
+
 def test_tf_config_chief_worker_names():
     value = _tf_config(
         {"chief": ["c:2222"], "worker": ["w0:2222", "w1:2222", "w2:2222"]},
@@ -201,7 +262,8 @@ def test_tf_config_chief_worker_names():
                 {"chief": ["l:1", "l:2"], "worker": ["a:2"]},
                 {"type": "worker", "index": 0},
             ),
-            "cluster.chief lists 2 addresses; a TFJob chief is one task",
+            "cluster.chief lists 2 addresses; a TFJob's Chief is one replica "
+            "(learner task 0): give further learner tasks as PS replicas",
         ),
         (
             _tf_config(
