@@ -5,6 +5,7 @@ feeder; the time and the bytes a remote tower costs per update.
     python3 benchmarks/learner_tasks_bench.py                   # netns (root)
     python3 benchmarks/learner_tasks_bench.py --network loopback
     python3 benchmarks/learner_tasks_bench.py --agents shallow --seconds 10
+    python3 benchmarks/learner_tasks_bench.py --straggler --agents shallow
     python3 benchmarks/learner_tasks_bench.py --plot RECORD.json[,RECORD.json]
 
 Each learner task is its own process (`tf.distribute.Server` of the job
@@ -62,6 +63,21 @@ CONFIGURATIONS = [
     ("2 tasks, 1 core each", 2, [[0], [1]]),
     ("1 task, 2 cores", 1, [None]),
 ]
+# --straggler: learner task 1 shares core 1 with a busy loop (about half a
+# core: a slow machine, or one with another job), against the same two tasks
+# unslowed, and one task alone on a core it shares with a busy loop (the
+# slow tower's own pace). A synchronous update waits for its slowest tower.
+STRAGGLER_CONFIGURATIONS = [
+    ("1 task, 1 core", 1, [[0]]),
+    ("2 tasks, 1 core each", 2, [[0], [1]]),
+    ("2 tasks, task 1 on a shared core", 2, [[0], [1]]),
+    ("1 task on a shared core", 1, [[1]]),
+]
+# Busy loops beside the learner tasks: configuration -> cores.
+BUSY_CORES = {
+    "2 tasks, task 1 on a shared core": [1],
+    "1 task on a shared core": [1],
+}
 
 
 def _touch(path: str) -> None:
@@ -310,6 +326,12 @@ def measure(
         f"--result={result}",
     ]
     processes = []
+    busy = [
+        subprocess.Popen(
+            ["taskset", "-c", str(core), sys.executable, "-c", "while True: pass"]
+        )
+        for core in BUSY_CORES.get(name, [])
+    ]
     try:
         for k in reversed(range(num_learners)):
             argv = [sys.executable, os.path.abspath(__file__), f"--task={k}"]
@@ -345,7 +367,7 @@ def measure(
         with open(result) as f:
             r = json.load(f)
     finally:
-        for process in processes:
+        for process in processes + busy:
             if process.poll() is None:
                 process.kill()
                 process.wait()
@@ -356,6 +378,7 @@ def measure(
         "agent": agent_name,
         "num_learners": num_learners,
         "pinning": pinning,
+        "busy_cores": BUSY_CORES.get(name, []),
         "network": "netns" if network is not None else "loopback",
         "batch_size_per_tower": batch_size,
         "unroll_length": unroll,
@@ -398,6 +421,12 @@ def main() -> None:
         help="timed seconds per configuration (at least 3 updates)",
     )
     parser.add_argument("--network", choices=["netns", "loopback"], default="netns")
+    parser.add_argument(
+        "--straggler",
+        action="store_true",
+        help="what a slow learner task costs: task 1 on a core shared with a "
+        "busy loop, against both unslowed and against a slowed task alone",
+    )
     parser.add_argument(
         "--plot",
         default=None,
@@ -442,8 +471,9 @@ def main() -> None:
     started = time.time()
     results = []
     try:
+        configurations = STRAGGLER_CONFIGURATIONS if args.straggler else CONFIGURATIONS
         for agent_name in args.agents.split(","):
-            for name, _, pinning in CONFIGURATIONS:
+            for name, _, pinning in configurations:
                 num_tasks = len(pinning)
                 if args.split_batch and args.batch_size % num_tasks:
                     raise SystemExit(
@@ -475,7 +505,11 @@ def main() -> None:
     print()
     print(table(results))
     # The projection scales a tower of the same batch.
-    projection = [] if args.split_batch else project(results, link_gbit=args.link_gbit)
+    projection = (
+        []
+        if args.split_batch or args.straggler
+        else project(results, link_gbit=args.link_gbit)
+    )
     if projection:
         print()
         print(f"Projected (a core a learner task, a {args.link_gbit:g} Gb/s link):")
@@ -488,6 +522,7 @@ def main() -> None:
             "duration_s": duration,
             "network": args.network,
             "split_batch": args.split_batch,
+            "straggler": args.straggler,
             "results": results,
             "projection": projection,
         },
