@@ -572,6 +572,64 @@ def test_faults_actor_killed_and_restarted_learner_killed_and_restarted(
 
 
 @pytest.mark.slow
+def test_sigterm_to_an_actor_task_and_sigint_to_its_learner(tasks, tmp_path):
+    """The fault table's signal rows, in a running cluster: SIGTERM to actor
+    1 ends it with 143 while the learner trains on actor 0's unrolls; then
+    SIGINT to the learner ends it with 130 after a checkpoint holding every
+    update it made (none lost), and actor 0 waits for it to come back."""
+    logdir = str(tmp_path / "run")
+    learner_port, *actor_ports = ports.pick_free_ports(3)
+    address_flags = [
+        f"--learner_host=localhost:{learner_port}",
+        f"--actor_hosts={','.join(f'localhost:{p}' for p in actor_ports)}",
+        "--num_actors=2",
+    ]
+    actors = [
+        tasks.start(
+            f"actor{i}",
+            [EXPERIMENT, "--job_name=actor", f"--task={i}", *address_flags, *SMALL],
+        )
+        for i in range(2)
+    ]
+    learner = tasks.start(
+        "learner",
+        [
+            EXPERIMENT,
+            "--job_name=learner",
+            "--task=0",
+            *address_flags,
+            *SMALL,
+            f"--logdir={logdir}",
+            "--total_environment_frames=1000000000",
+            "--progress_secs=1",
+        ],
+    )
+
+    def frames() -> int:
+        return max(_progress(tasks.read("learner")), default=0)
+
+    def wait_for_frames(at_least: int) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S + RUN_TIMEOUT_S
+        while frames() < at_least:
+            assert learner.poll() is None, tasks.tail("learner")
+            assert time.monotonic() < deadline, tasks.tail("learner")
+            time.sleep(0.2)
+
+    wait_for_frames(2 * FRAMES_PER_UPDATE)
+    actors[1].send_signal(signal.SIGTERM)
+    code = tasks.wait_exit("actor1", actors[1], NOTICE_TIMEOUT_S)
+    assert code == 128 + signal.SIGTERM, tasks.tail("actor1")
+    # The learner trains on with actor 0 alone.
+    wait_for_frames(frames() + 2 * FRAMES_PER_UPDATE)
+    learner.send_signal(signal.SIGINT)
+    code = tasks.wait_exit("learner", learner, START_TIMEOUT_S)
+    assert code == 128 + signal.SIGINT, tasks.tail("learner")
+    assert saved_frames(logdir) >= frames()
+    tasks.wait_for_line("actor0", "lost the learner", NOTICE_TIMEOUT_S)
+    assert actors[0].poll() is None, tasks.tail("actor0")
+
+
+@pytest.mark.slow
 def test_an_actor_tasks_environment_killed_while_it_starts_is_restarted(
     tasks, tmp_path
 ):
