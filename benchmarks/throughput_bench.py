@@ -185,6 +185,13 @@ PARTS["defaults"] = [
     dict(_shared("deep", 8, 4, 4), batch_size=32, torso_dtype="auto"),
 ]
 
+# Atari's default layout alone, with every flag given (code at another
+# revision without the family defaults runs the same): for before/after
+# comparisons with --baseline_code.
+PARTS["atari_default_layout"] = [
+    dict(_shared("shallow", 4, 32, 32, unroll=80), batch_size=8),
+]
+
 # The kernels an AVX2-only CPU runs, on any x86 CPU: oneDNN capped at AVX2
 # (ONEDNN_MAX_CPU_ISA; TensorFlow's pip build compiles its other kernels for
 # AVX, which every such CPU has). TensorFlow's own default there (oneDNN off)

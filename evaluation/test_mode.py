@@ -92,6 +92,9 @@ def test(config: Config) -> dict:
         checkpoints.ensure_logdir(run.test_video_dir, flag="test_video_dir")
     level_returns = {}
     with tf.Graph().as_default():
+        # The actions are sampled from the policy: seeded, as training is,
+        # so that a test run repeats on the same machine.
+        tf.compat.v1.set_random_seed(run.seed)
         agent = create_agent(config.agent)
         outputs = {}
         for name in level_names:

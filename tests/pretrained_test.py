@@ -65,24 +65,27 @@ def test_readme_command_evaluates_the_agent_and_writes_a_video(tmp_path):
     logdir = tmp_path / "atari_pong"
     shutil.copytree(PRETRAINED, logdir)
     videos = tmp_path / "videos"
-    # The README's command (one episode here, not 3), with the video flag.
+    # The README's command (3 episodes, as it says), with the video flag.
     result = run_experiment(
         "--mode=test",
         "--level_name=atari/pong",
         f"--logdir={logdir}",
-        "--test_num_episodes=1",
+        "--test_num_episodes=3",
         f"--test_video_dir={videos}",
         timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     with open(logdir / "test_results.json") as f:
-        (episode_return,) = json.load(f)["levels"]["atari/pong"]["returns"]
-    # The agent scored +19.2 over 10 games, none below +16 (docs/atari.md):
-    # a broken restore, a wrong action set or a scrambled frame plays at
-    # about -21.
-    assert episode_return >= 15, episode_return
+        returns = json.load(f)["levels"]["atari/pong"]["returns"]
+    # The agent samples its actions (seeded by --seed: the same games on one
+    # machine; another CPU's arithmetic may play others). It scored +19.2
+    # over 10 games on one machine, +15.75 over 8 unseeded games on another
+    # (+7 to +20), and wins every game; a broken restore, a wrong action set
+    # or a scrambled frame plays at about -21.
+    assert len(returns) == 3 and min(returns) > 0, returns
+    assert sum(returns) / 3 >= 12, returns
     (gif,) = videos.iterdir()
-    assert gif.name == f"atari_pong_return{episode_return:+g}.gif"
+    assert gif.name == f"atari_pong_return{returns[0]:+g}.gif"
     pictures = iio.imread(gif, index=None)
     # A whole game: 21 points to one side, each a few dozen agent steps or
     # more (identical consecutive frames are merged by the GIF writer).
