@@ -283,11 +283,14 @@ def measure_ceiling(
 
 
 def _is_code(path: str) -> bool:
-    """The files a run imports or builds: Python modules at the root and in
-    the packages (not the tests' or the benchmarks'), and batcher.cc."""
+    """The files a run imports, builds or reads: Python modules at the root
+    and in the packages (not the tests' or the benchmarks'), batcher.cc, and
+    the flag files (a family's defaults are read from its file at start)."""
     top = path.split("/")[0]
-    return path == "batcher.cc" or (
-        path.endswith(".py") and top not in ("tests", "benchmarks")
+    return (
+        path == "batcher.cc"
+        or (top == "flagfiles" and path.endswith(".cfg"))
+        or (path.endswith(".py") and top not in ("tests", "benchmarks"))
     )
 
 

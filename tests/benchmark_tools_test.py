@@ -305,3 +305,17 @@ def test_peer_defaults_reads_our_progress_lines_after_the_warm_up():
         ]
     )
     assert peer_defaults.progress_figures(log, warmup_s=60) == [8_200.0, 8_100.0]
+
+
+def test_a_code_snapshot_holds_what_a_run_reads():
+    """--baseline_code and each invocation's snapshot run experiment.py from
+    a copy: the flag files a family's defaults read at start go with it."""
+    import common
+
+    assert common._is_code("experiment.py")
+    assert common._is_code("learner/update.py")
+    assert common._is_code("batcher.cc")
+    assert common._is_code("flagfiles/pong_shallow_unroll80.cfg")
+    assert not common._is_code("tests/run_helpers.py")
+    assert not common._is_code("benchmarks/common.py")
+    assert not common._is_code("README.md")
