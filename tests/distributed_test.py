@@ -333,6 +333,26 @@ def saved_frames(logdir: str) -> int:
     return int(tf.train.load_checkpoint(logdir).get_tensor("global_step"))
 
 
+def start_learner(
+    tasks: Tasks, address_flags: list[str], logdir: str, target: int, *extra: str
+) -> subprocess.Popen:
+    """Learner task 0 of the small cluster `address_flags` describe, logged
+    as "learner", training to `target` frames."""
+    return tasks.start(
+        "learner",
+        [
+            EXPERIMENT,
+            "--job_name=learner",
+            "--task=0",
+            *address_flags,
+            *SMALL,
+            f"--logdir={logdir}",
+            f"--total_environment_frames={target}",
+            *extra,
+        ],
+    )
+
+
 def assert_exit_0(tasks: Tasks, name: str, process: subprocess.Popen, timeout):
     code = tasks.wait_exit(name, process, timeout)
     assert code == 0, f"{name} exited with code {code}:\n{tasks.tail(name)}"
@@ -591,19 +611,7 @@ def test_sigterm_to_an_actor_task_and_sigint_to_its_learner(tasks, tmp_path):
         )
         for i in range(2)
     ]
-    learner = tasks.start(
-        "learner",
-        [
-            EXPERIMENT,
-            "--job_name=learner",
-            "--task=0",
-            *address_flags,
-            *SMALL,
-            f"--logdir={logdir}",
-            "--total_environment_frames=1000000000",
-            "--progress_secs=1",
-        ],
-    )
+    learner = start_learner(tasks, address_flags, logdir, 10**9, "--progress_secs=1")
 
     def frames() -> int:
         return max(_progress(tasks.read("learner")), default=0)
@@ -644,18 +652,7 @@ def test_an_actor_tasks_environment_killed_while_it_starts_is_restarted(
         f"--actor_hosts=localhost:{actor_port}",
         "--num_actors=1",
     ]
-    learner = tasks.start(
-        "learner",
-        [
-            EXPERIMENT,
-            "--job_name=learner",
-            "--task=0",
-            *address_flags,
-            *SMALL,
-            f"--logdir={logdir}",
-            "--total_environment_frames=1000",
-        ],
-    )
+    learner = start_learner(tasks, address_flags, logdir, 1000)
     actor = tasks.start(
         "actor",
         [
