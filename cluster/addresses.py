@@ -39,6 +39,7 @@ from cluster.hosts import (
     DEFAULT_ACTOR_HOSTS,
     DEFAULT_LEARNER_HOST,
     default_actor_hosts,
+    describe_setting,
     parse_host_list,
     validate,
 )
@@ -191,8 +192,8 @@ def _parse_tf_config(env_value: str) -> _TfConfig:
         )
     if not lists[ACTOR_JOB]:
         raise ValueError(
-            f"TF_CONFIG cluster.{'actor' if source == SOURCE_TF_CONFIG else 'worker'}"
-            " is empty; list at least one actor address"
+            f"{describe_setting(source, ACTOR_JOB)} is empty; list at least one "
+            "actor address"
         )
     job_name = task = None
     if "task" in data:
