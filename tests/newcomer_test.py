@@ -31,7 +31,6 @@ import urllib.request
 import pytest
 import tensorflow as tf
 from run_helpers import (
-    FRAMES_PER_UPDATE,
     REPO_ROOT,
     SMALL,
     command,
@@ -187,28 +186,41 @@ def test_with_deepmind_lab_the_default_stays_the_references(monkeypatch):
     experiment.parse_flags(["experiment.py"])
 
 
-@pytest.mark.slow
-def test_the_default_run_ends_with_its_summary_and_the_test_command(tmp_path):
-    """`python3 experiment.py` as a newcomer runs it (a short target and a
-    small layout on top, so that it ends in seconds): the first line names the
-    flag file and the target; the last says what the run did and how to
-    evaluate it. Without DeepMind Lab it trains on atari/pong after one
-    warning that says where DeepMind Lab comes from (with DeepMind Lab, on
-    its stand-in, dmlab_standin_test)."""
+# The default run below: a Pong game of a new agent lasts about 4,600
+# frames, so by 16,000 frames each of its two environments has ended one
+# (the learner writes an episode's return as it trains on it), which the
+# TensorBoard test further down reads from the same run.
+DEFAULT_RUN_FRAMES = 16_000
+
+
+def default_run_frames_per_update() -> int:
+    """Batch 2 of Atari's default unroll (its flag file's), 4 frames a step."""
+    import config as config_lib
     from families import atari
+
+    values = config_lib.read_flag_file(atari.FAMILY.default_flagfiles[0])
+    return 2 * int(values["unroll_length"]) * 4
+
+
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory):
+    """`python3 experiment.py` as a newcomer runs it, a short target and a
+    small layout on top (and a progress line every second); without
+    DeepMind Lab, so on atari/pong. (logdir, CompletedProcess)."""
     from families.contract import importable
 
     if importable("deepmind_lab"):
         pytest.skip("DeepMind Lab is installed here: the default is its level")
-    logdir = str(tmp_path / "run")
+    logdir = str(tmp_path_factory.mktemp("default_run") / "run")
     result = subprocess.run(
         command(
-            "--total_environment_frames=2000",
+            f"--total_environment_frames={DEFAULT_RUN_FRAMES}",
             "--agent=shallow",
             "--num_actors=1",
             "--envs_per_actor=2",
             "--envs_per_process=2",
             "--batch_size=2",
+            "--progress_secs=1",
             f"--logdir={logdir}",
         ),
         cwd=REPO_ROOT,
@@ -216,6 +228,19 @@ def test_the_default_run_ends_with_its_summary_and_the_test_command(tmp_path):
         text=True,
         timeout=300,
     )
+    return logdir, result
+
+
+@pytest.mark.slow
+def test_the_default_run_ends_with_its_summary_and_the_test_command(default_run):
+    """The default run (above) ends in seconds: the first line names the
+    flag file and the target; the last says what the run did and how to
+    evaluate it. Without DeepMind Lab it trains on atari/pong after one
+    warning that says where DeepMind Lab comes from (with DeepMind Lab, on
+    its stand-in, dmlab_standin_test)."""
+    from families import atari
+
+    logdir, result = default_run
     assert result.returncode == 0, result.stderr[-3000:]
     assert re.search(
         r"DeepMind Lab is not installed.*using 'atari/pong' instead",
@@ -225,7 +250,7 @@ def test_the_default_run_ends_with_its_summary_and_the_test_command(tmp_path):
     assert len(warnings) == 1 and "google-deepmind/lab" in warnings[0], warnings
     (training,) = re.findall(r"\] Training (?!done).*", result.stderr)
     assert "Training atari/pong" in training, training
-    assert "2,000 frames" in training, training
+    assert f"{DEFAULT_RUN_FRAMES:,} frames" in training, training
     flagfile = atari.FAMILY.default_flagfiles[0]
     (unroll,) = re.findall(
         r"^--unroll_length=\d+$", open(os.path.join(REPO_ROOT, flagfile)).read(), re.M
@@ -243,7 +268,7 @@ def test_the_default_run_ends_with_its_summary_and_the_test_command(tmp_path):
         result.stderr,
         flags=re.M,
     )
-    assert done and int(done.group(1)) >= 2000, result.stderr[-3000:]
+    assert done and int(done.group(1)) >= DEFAULT_RUN_FRAMES, result.stderr[-3000:]
 
 
 # -- a quiet start ---------------------------------------------------------------------
@@ -447,26 +472,6 @@ def test_a_full_disk_at_checkpoint_time_stops_with_one_line_and_keeps_the_checkp
 
 # -- TensorBoard over a real run ---------------------------------------------------
 
-TENSORBOARD_RUN_FRAMES = 30_000  # past 10 s of training, and a few Pong games
-
-
-@pytest.fixture(scope="module")
-def trained_logdir(tmp_path_factory):
-    logdir = str(tmp_path_factory.mktemp("tensorboard_run"))
-    result = subprocess.run(
-        command(
-            *SMALL,
-            f"--logdir={logdir}",
-            f"--total_environment_frames={TENSORBOARD_RUN_FRAMES}",
-        ),
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return logdir
-
 
 def get_json(url: str):
     with urllib.request.urlopen(url, timeout=10) as response:
@@ -474,7 +479,13 @@ def get_json(url: str):
 
 
 @pytest.mark.slow
-def test_tensorboard_serves_the_runs_scalars(trained_logdir):
+def test_tensorboard_serves_the_runs_scalars(default_run):
+    """The real TensorBoard over the default run's logdir: the losses (the
+    first update's summary), the frames per second (each progress line) and
+    each game's return, every point at a frame count after an update."""
+    trained_logdir, result = default_run
+    assert result.returncode == 0, result.stderr[-3000:]
+    per_update = default_run_frames_per_update()
     port = ports.pick_free_ports(1)[0]
     server = subprocess.Popen(
         [
@@ -517,8 +528,8 @@ def test_tensorboard_serves_the_runs_scalars(trained_logdir):
             assert points, tag
             for _, step, value in points:
                 # Every summary's step is the frame count after an update.
-                assert step % FRAMES_PER_UPDATE == 0, (tag, step)
-                assert 0 <= step <= TENSORBOARD_RUN_FRAMES + FRAMES_PER_UPDATE
+                assert step % per_update == 0, (tag, step)
+                assert 0 <= step <= DEFAULT_RUN_FRAMES + per_update
                 assert value == value, (tag, step)  # not NaN
         returns = get_json(
             f"{base}/scalars?"
