@@ -28,6 +28,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -358,27 +359,40 @@ def assert_exit_0(tasks: Tasks, name: str, process: subprocess.Popen, timeout):
     assert code == 0, f"{name} exited with code {code}:\n{tasks.tail(name)}"
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    "envs_per_actor,agent_flags",
-    [
-        # An LSTM agent, K environments an actor task (one environment an
-        # actor task is the PopArt case below).
-        (2, []),
-        # A feed-forward agent (no core state in the unrolls) with a bfloat16
-        # torso, on the learner and the actor tasks alike.
-        (2, ["--use_lstm=false", "--torso_dtype=bfloat16"]),
-        # PopArt on two games, one actor task each: the level of each
-        # trajectory travels with it to the learner's statistics.
-        (1, ["--level_name=atari/pong,atari/breakout", "--popart"]),
-    ],
-)
-def test_launcher_trains_a_learner_and_two_actors_to_the_target(
-    tasks, tmp_path, envs_per_actor, agent_flags
-):
-    logdir = str(tmp_path / "run")
+LAUNCH_CASES = {
+    # An LSTM agent, K environments an actor task (one environment an actor
+    # task is the PopArt case below). Its run is also the first start of
+    # test_a_run_resumed_with_one_then_two_then_one_learner_tasks.
+    "lstm": (2, []),
+    # A feed-forward agent (no core state in the unrolls) with a bfloat16
+    # torso, on the learner and the actor tasks alike.
+    "feed_forward_bfloat16": (2, ["--use_lstm=false", "--torso_dtype=bfloat16"]),
+    # PopArt on two games, one actor task each: the level of each trajectory
+    # travels with it to the learner's statistics.
+    "popart": (1, ["--level_name=atari/pong,atari/breakout", "--popart"]),
+}
+LAUNCH_TARGET = 2000
+
+
+@dataclasses.dataclass
+class Launch:
+    """launch.py's run of a learner and two actor tasks to LAUNCH_TARGET."""
+
+    logdir: str
+    code: int
+    output: str  # launch.py's own
+
+    def task_log(self, name: str) -> str:
+        with open(
+            os.path.join(self.logdir, "logs", f"{name}.log"), errors="replace"
+        ) as f:
+            return f.read()
+
+
+def launch_small_run(tasks: Tasks, logdir: str, case: str) -> Launch:
+    envs_per_actor, agent_flags = LAUNCH_CASES[case]
     launcher = tasks.start(
-        "launch",
+        f"launch_{case}",
         [
             LAUNCH,
             "--num_actors=2",
@@ -386,37 +400,54 @@ def test_launcher_trains_a_learner_and_two_actors_to_the_target(
             *SMALL,
             f"--envs_per_actor={envs_per_actor}",
             *agent_flags,
-            "--total_environment_frames=2000",
+            f"--total_environment_frames={LAUNCH_TARGET}",
         ],
     )
-    code = tasks.wait_exit("launch", launcher, START_TIMEOUT_S + RUN_TIMEOUT_S)
-    logs = os.path.join(logdir, "logs")
+    code = tasks.wait_exit(f"launch_{case}", launcher, START_TIMEOUT_S + RUN_TIMEOUT_S)
+    return Launch(logdir, code, tasks.read(f"launch_{case}"))
 
-    def task_log(name: str) -> str:
-        with open(os.path.join(logs, f"{name}.log"), errors="replace") as f:
-            return f.read()
 
-    assert code == 0, tasks.read("launch") + "\n" + task_log("learner_0")[-3000:]
-    launch_output = tasks.read("launch")
+@pytest.fixture(scope="module")
+def lstm_launch(tmp_path_factory):
+    """The "lstm" case's run, which two tests read: launched once."""
+    directory = tmp_path_factory.mktemp("lstm_launch")
+    tasks = Tasks(str(directory))
+    try:
+        yield launch_small_run(tasks, str(directory / "run"), "lstm")
+    finally:
+        tasks.kill_all()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(LAUNCH_CASES))
+def test_launcher_trains_a_learner_and_two_actors_to_the_target(
+    tasks, tmp_path, request, case
+):
+    if case == "lstm":
+        run = request.getfixturevalue("lstm_launch")
+    else:
+        run = launch_small_run(tasks, str(tmp_path / "run"), case)
+    envs_per_actor, agent_flags = LAUNCH_CASES[case]
+    assert run.code == 0, run.output + "\n" + run.task_log("learner_0")[-3000:]
     for name in ("learner_0", "actor_0", "actor_1"):
         # Each exited by itself: launch.py never had to stop them.
-        assert f"{name} exited with code 0" in launch_output, launch_output
-    assert "stopping" not in launch_output, launch_output
-    learner_log = task_log("learner_0")
+        assert f"{name} exited with code 0" in run.output, run.output
+    assert "stopping" not in run.output, run.output
+    learner_log = run.task_log("learner_0")
     assert "Training done" in learner_log
     assert "2 of 2 actor task(s) confirmed the end of training" in learner_log
     sent = []
     for i in range(2):
-        actor_log = task_log(f"actor_{i}")
+        actor_log = run.task_log(f"actor_{i}")
         assert "learner finished" in actor_log
         sent += re.findall(r"one per environment: (\d+)\)", actor_log)
     # An actor task steps K environments and sends K unrolls a round. On a
     # loaded machine one actor can start so late that the other fills the
     # 2,000 frames alone, so not every actor need have sent one.
     assert sent and set(sent) == {str(envs_per_actor)}, sent
-    assert saved_frames(logdir) >= 2000
+    assert saved_frames(run.logdir) >= LAUNCH_TARGET
     if "--popart" in agent_flags:
-        reader = tf.train.load_checkpoint(logdir)
+        reader = tf.train.load_checkpoint(run.logdir)
         assert reader.get_tensor("popart/mean").shape == (2,)
         assert reader.get_tensor("agent/baseline/w").shape == (256, 2)
         # At least one game's trajectories reached the learner (on a loaded
@@ -593,11 +624,15 @@ def test_faults_actor_killed_and_restarted_learner_killed_and_restarted(
 
 @pytest.mark.slow
 def test_sigterm_to_an_actor_task_and_sigint_to_its_learner(tasks, tmp_path):
-    """The fault table's signal rows, in a running cluster: SIGTERM to actor
-    1 ends it with 143 while the learner trains on actor 0's unrolls; then
-    SIGINT to the learner ends it with 130 after a checkpoint holding every
-    update it made (none lost), and actor 0 waits for it to come back."""
-    logdir = str(tmp_path / "run")
+    """The fault table's signal rows, in a running cluster, and its row of an
+    actor task's environment killed while it starts: actor 0's environment
+    process is SIGKILLed as it starts (killed_at_start.py, through the same
+    supervisor as the single-machine actors): it is restarted and counted
+    and actor 0 trains. SIGTERM to actor 1 ends it with 143 while the
+    learner trains on actor 0's unrolls; then SIGINT to the learner ends it
+    with 130 after a checkpoint holding every update it made (none lost),
+    and actor 0 waits for it to come back."""
+    logdir, marker = str(tmp_path / "run"), str(tmp_path / "killed")
     learner_port, *actor_ports = ports.pick_free_ports(3)
     address_flags = [
         f"--learner_host=localhost:{learner_port}",
@@ -607,7 +642,15 @@ def test_sigterm_to_an_actor_task_and_sigint_to_its_learner(tasks, tmp_path):
     actors = [
         tasks.start(
             f"actor{i}",
-            [EXPERIMENT, "--job_name=actor", f"--task={i}", *address_flags, *SMALL],
+            [
+                KILLED_AT_START_SCRIPT if i == 0 else EXPERIMENT,
+                "--job_name=actor",
+                f"--task={i}",
+                *address_flags,
+                *SMALL,
+                f"--logdir={tmp_path / 'actor_logdir'}",
+            ],
+            env_extra={"KILLED_AT_START_MARKER": marker} if i == 0 else None,
         )
         for i in range(2)
     ]
@@ -627,72 +670,46 @@ def test_sigterm_to_an_actor_task_and_sigint_to_its_learner(tasks, tmp_path):
     actors[1].send_signal(signal.SIGTERM)
     code = tasks.wait_exit("actor1", actors[1], NOTICE_TIMEOUT_S)
     assert code == 128 + signal.SIGTERM, tasks.tail("actor1")
-    # The learner trains on with actor 0 alone.
+    # The learner trains on with actor 0 alone: its environment, killed as
+    # it started, was restarted.
     wait_for_frames(frames() + 2 * FRAMES_PER_UPDATE)
-    learner.send_signal(signal.SIGINT)
-    code = tasks.wait_exit("learner", learner, START_TIMEOUT_S)
-    assert code == 128 + signal.SIGINT, tasks.tail("learner")
-    assert saved_frames(logdir) >= frames()
-    tasks.wait_for_line("actor0", "lost the learner", NOTICE_TIMEOUT_S)
-    assert actors[0].poll() is None, tasks.tail("actor0")
-
-
-@pytest.mark.slow
-def test_an_actor_tasks_environment_killed_while_it_starts_is_restarted(
-    tasks, tmp_path
-):
-    """An actor task starts its environments through the same supervisor as
-    the single-machine actors: its environment process SIGKILLed while it
-    starts (killed_at_start.py) is restarted and counted, and the task
-    trains with the learner to the target; both exit 0."""
-    logdir, marker = str(tmp_path / "run"), str(tmp_path / "killed")
-    learner_port, actor_port = ports.pick_free_ports(2)
-    address_flags = [
-        f"--learner_host=localhost:{learner_port}",
-        f"--actor_hosts=localhost:{actor_port}",
-        "--num_actors=1",
-    ]
-    learner = start_learner(tasks, address_flags, logdir, 1000)
-    actor = tasks.start(
-        "actor",
-        [
-            KILLED_AT_START_SCRIPT,
-            "--job_name=actor",
-            "--task=0",
-            *address_flags,
-            *SMALL,
-            f"--logdir={tmp_path / 'actor_logdir'}",
-        ],
-        env_extra={"KILLED_AT_START_MARKER": marker},
-    )
-    assert_exit_0(tasks, "actor", actor, START_TIMEOUT_S + RUN_TIMEOUT_S)
-    assert_exit_0(tasks, "learner", learner, NOTICE_TIMEOUT_S)
     with open(marker) as f:
         killed = int(f.read())
-    actor_log = tasks.read("actor")
+    actor_log = tasks.read("actor0")
     assert re.search(
         rf"Actor 0 \(atari/pong\): environment failed: PyProcess "
         rf"KilledAtStartAtari \(pid {killed}\) died: killed by signal SIGKILL",
         actor_log,
     ), actor_log[-3000:]
     assert "training continues (1 environment restart(s) in this run)" in actor_log
-    assert "learner finished" in actor_log
-    assert saved_frames(logdir) >= 1000
+    learner.send_signal(signal.SIGINT)
+    code = tasks.wait_exit("learner", learner, START_TIMEOUT_S)
+    assert code == 128 + signal.SIGINT, tasks.tail("learner")
+    assert saved_frames(logdir) >= frames()
+    tasks.wait_for_line("actor0", "lost the learner", NOTICE_TIMEOUT_S)
+    assert actors[0].poll() is None, tasks.tail("actor0")
+    assert not os.path.exists(tmp_path / "actor_logdir")  # actors write nothing
 
 
 @pytest.mark.slow
-def test_a_run_resumed_with_one_then_two_then_one_learner_tasks(tasks, tmp_path):
-    """launch.py on loopback, three times on one --logdir: 1 learner task,
-    then --num_learners=2 (the chief builds a tower on each learner task,
-    actor j feeds learner j mod 2, one update from both towers counts both
-    batches' frames), then 1 again. Each start restores the previous one's
-    checkpoint (the variables do not depend on the number of learners), and
-    every task of every start exits 0 by itself."""
+def test_a_run_resumed_with_one_then_two_then_one_learner_tasks(
+    tasks, tmp_path, lstm_launch
+):
+    """launch.py on loopback, three times on one --logdir: 1 learner task
+    (the "lstm" launch above, copied), then --num_learners=2 (the chief
+    builds a tower on each learner task, actor j feeds learner j mod 2, one
+    update from both towers counts both batches' frames), then 1 again. Each
+    start restores the previous one's checkpoint (the variables do not depend
+    on the number of learners), and every task of every start exits 0 by
+    itself."""
+    assert lstm_launch.code == 0, lstm_launch.output
     logdir = str(tmp_path / "run")
+    # The checkpoint state names its files relative to the logdir.
+    shutil.copytree(lstm_launch.logdir, logdir)
     logs = os.path.join(logdir, "logs")
 
     def launch(stage: str, num_learners: int, target: int) -> str:
-        for name in os.listdir(logs) if os.path.isdir(logs) else []:
+        for name in os.listdir(logs):
             os.rename(os.path.join(logs, name), os.path.join(logs, f"{stage}.{name}"))
         launcher = tasks.start(
             stage,
@@ -716,8 +733,8 @@ def test_a_run_resumed_with_one_then_two_then_one_learner_tasks(tasks, tmp_path)
         assert "Training done" in chief
         return chief
 
-    launch("one", 1, 2 * FRAMES_PER_UPDATE)
     first = saved_frames(logdir)
+    assert first >= LAUNCH_TARGET
     first_weights = tf.train.load_checkpoint(logdir).get_tensor("agent/baseline/w")
     chief = launch("two", 2, first + 2 * 2 * FRAMES_PER_UPDATE)
     assert f"model.ckpt-{first}" in chief  # restored
