@@ -35,8 +35,10 @@ def play_episodes(
     level_name: str,
     num_episodes: int,
     recorder: video.EpisodeRecorder | None = None,
-) -> list[float]:
-    """Returns the returns of the first `num_episodes` episodes that end.
+) -> tuple[list[float], list[int]]:
+    """Returns the returns and the lengths (agent steps, each
+    --num_action_repeats frames) of the first `num_episodes` episodes that
+    end.
 
     Args:
       session: a session in which `actor_output`'s weights are restored.
@@ -51,23 +53,26 @@ def play_episodes(
     if recorder is not None:
         fetches["frames"] = env_outputs.observation[0]
     returns: list[float] = []
+    steps: list[int] = []
     while len(returns) < num_episodes:
         values = session.run(fetches)
         done, info = values["done"], values["info"]
-        # Step 0 repeats the previous unroll's last step.
+        # Step 0 repeats the previous unroll's last step. At a done step the
+        # info is the ended episode's (its return and length).
         returns.extend(float(r) for r in info.episode_return[1:][done[1:]])
+        steps.extend(int(n) for n in info.episode_step[1:][done[1:]])
         if recorder is not None and (
             path := recorder.add_unroll(values["frames"], done, info.episode_return)
         ):
             logging.info("Video of the first episode written to %s.", path)
-    del returns[num_episodes:]
+    del returns[num_episodes:], steps[num_episodes:]
     logging.info(
         "Level %s: mean return %.2f over %d episodes.",
         level_name,
         np.mean(returns),
         len(returns),
     )
-    return returns
+    return returns, steps
 
 
 def test(config: Config) -> dict:
@@ -90,7 +95,7 @@ def test(config: Config) -> dict:
     checkpoints.ensure_logdir(run.logdir)  # test_results.json goes there.
     if run.test_video_dir:
         checkpoints.ensure_logdir(run.test_video_dir, flag="test_video_dir")
-    level_returns = {}
+    level_returns, level_steps = {}, {}
     with tf.Graph().as_default():
         # The actions are sampled from the policy: seeded, as training is,
         # so that a test run repeats on the same machine.
@@ -115,14 +120,18 @@ def test(config: Config) -> dict:
                 recorder = None
                 if run.test_video_dir:
                     recorder = video.EpisodeRecorder(run.test_video_dir, name)
-                level_returns[name] = play_episodes(
+                level_returns[name], level_steps[name] = play_episodes(
                     session, outputs[name], name, run.test_num_episodes, recorder
                 )
     results = {
         "level_name": environment.level_name,
         "checkpoint": checkpoint,
         "levels": {
-            name: {"mean_return": float(np.mean(r)), "returns": r}
+            name: {
+                "mean_return": float(np.mean(r)),
+                "returns": r,
+                "episode_steps": level_steps[name],
+            }
             for name, r in level_returns.items()
         },
     }

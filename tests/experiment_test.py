@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import threading
 import time
 import types
@@ -42,7 +43,7 @@ from actor import runner
 from actor.envs import create_flow_environment
 from actor.unroll import actor_output_specs, build_actor, build_vector_actor
 from evaluation import test_mode
-from families import atari57, dmlab
+from families import atari, atari57, dmlab
 from learner import pipeline, progress
 from learner.loss import clip_rewards
 from learner.update import build_learner
@@ -52,6 +53,8 @@ from trajectory import ActorOutput
 
 FLAGS = experiment.FLAGS
 UNROLL = 20  # SMALL's --unroll_length
+
+COUNTED_ATARI_SCRIPT = os.path.join(REPO_ROOT, "tests", "run_with_counted_atari.py")
 
 FIRST_TARGET = 2000
 SECOND_TARGET = 3000
@@ -222,17 +225,45 @@ def test_test_mode_plays_an_episode_and_writes_json(trained, tmp_path):
         assert trained.logdir not in f.read()
     moved = str(tmp_path / "moved")
     shutil.copytree(trained.logdir, moved)
-    result = run_experiment(
-        *SMALL, f"--logdir={moved}", "--mode=test", "--test_num_episodes=1"
+    # The real environment class with its emulator's calls counted
+    # (tests/counted_atari.py): each game that ends appends ALE's own frame
+    # count and return to counted.<pid>.
+    counted = str(tmp_path / "counted")
+    result = subprocess.run(
+        [
+            sys.executable,
+            COUNTED_ATARI_SCRIPT,
+            *SMALL,
+            f"--logdir={moved}",
+            "--mode=test",
+            "--test_num_episodes=1",
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        env=dict(os.environ, COUNTED_ATARI_LOG=counted),
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"from {moved}/model.ckpt-" in result.stderr
     with open(os.path.join(moved, test_mode.TEST_RESULTS_FILE)) as f:
         results = json.load(f)
     pong = results["levels"]["atari/pong"]
-    assert len(pong["returns"]) == 1
-    # A Pong game ends when one side reaches 21 points.
-    assert -21 <= pong["mean_return"] <= 21
+    assert len(pong["returns"]) == len(pong["episode_steps"]) == 1
+    # The episode as the environment counted it: the first game its one
+    # process ended. Its return is the sum of ALE's rewards; its length in
+    # agent steps is the number of steps the environment took; ALE's own
+    # frame count is the no-op start and 4 frames a step (the last step's
+    # repeats stop at the game's end).
+    (log,) = glob.glob(counted + ".*")
+    with open(log) as f:
+        game = json.loads(f.readline())
+    assert pong["returns"] == [float(game["ale_return"])]
+    assert pong["episode_steps"] == [game["steps"]]
+    assert game["ale_return"] in range(-21, 22)  # one side reached 21
+    steps, noops = game["steps"], game["noops"]
+    assert 0 <= noops <= atari.DEFAULT_NOOP_MAX
+    assert noops + 4 * (steps - 1) < game["ale_frames"] <= noops + 4 * steps
     assert "mean return" in result.stderr
     # The table on stdout: a header, a rule, and Pong's row with its
     # human-normalised score (Pong is one of the Atari-57 games).
