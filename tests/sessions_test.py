@@ -25,7 +25,7 @@ import tensorflow as tf
 from runtime import sessions
 
 tf.compat.v1.disable_eager_execution()
-barrier = threading.Barrier({N}, timeout=10)
+barrier = threading.Barrier({N}, timeout=float(__import__("sys").argv[2]))
 
 def wait(x):
     barrier.wait()  # BrokenBarrierError unless all {N} arrive
@@ -41,11 +41,13 @@ with tf.compat.v1.Session(config=config) as session:
 """
 
 
-def run_waiters(num_environments: int) -> subprocess.CompletedProcess:
+def run_waiters(num_environments: int, timeout_s: float) -> subprocess.CompletedProcess:
+    """The N waiters with the pool sized for `num_environments`; each gives
+    up after `timeout_s` at the barrier."""
     env = {k: v for k, v in os.environ.items() if k != "TF_NUM_INTEROP_THREADS"}
     env["TF_CPP_MIN_LOG_LEVEL"] = "2"
     return subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(num_environments)],
+        [sys.executable, "-c", SCRIPT, str(num_environments), str(timeout_s)],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,
@@ -55,7 +57,8 @@ def run_waiters(num_environments: int) -> subprocess.CompletedProcess:
 
 
 def test_every_environment_can_wait_at_once():
-    result = run_waiters(N)
+    # Generous: all N run at once, so they meet as soon as each has started.
+    result = run_waiters(N, timeout_s=60)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip() == str(float(sum(range(N))))
 
@@ -64,8 +67,10 @@ def test_every_environment_can_wait_at_once():
     (os.cpu_count() or 1) >= N, reason=f"needs fewer than {N} cores to starve"
 )
 def test_the_default_pool_cannot_wait_for_them_all():
-    # The failure the setting prevents: one thread per core, N waiters.
-    result = run_waiters(0)
+    # The failure the setting prevents: one thread per core, N waiters. The
+    # waiters that run hold every thread of the pool while they wait, so the
+    # others never start: no timeout is long enough, and a short one ends it.
+    result = run_waiters(0, timeout_s=2)
     assert result.returncode != 0
     assert "BrokenBarrierError" in result.stderr
 
