@@ -265,13 +265,31 @@ def test_two_learner_hosts_and_two_actor_hosts_train_to_the_target(network, tmp_
         assert "learner finished training" in actor
 
 
-# -- an actor's host drops off, and comes back ---------------------------------------
+# -- hosts drop off and come back; then the learner is killed and restarted ----------
 
 
-def test_an_actor_host_that_drops_off_rejoins_without_a_restart(network, tmp_path):
+def test_an_actor_host_then_the_learner_host_drop_off_and_the_learner_restarts(
+    network, tmp_path
+):
+    """One cluster (its start is the costly part), three faults in turn:
+    1. actor 1's host drops off: that actor notices, the learner trains on
+       actor 0's unrolls, and once the host is back actor 1 rejoins without
+       a restart;
+    2. the learner's host drops off: both actors notice and keep trying,
+       and reconnect once it is back; the learner trains again;
+    3. the learner dies for good and a new one takes over its address: it
+       resumes from its checkpoint and both actors reconnect to it."""
     cluster = Cluster(network, str(tmp_path), num_actors=2)
-    cluster.start_training()
+    far = cluster.start_training()
 
+    def connections(task: int) -> int:
+        return len(
+            re.findall(
+                rf"Actor {task}: connected to the learner", cluster.read(f"actor{task}")
+            )
+        )
+
+    # 1. Actor 1's host.
     actor1_pid = cluster.processes["actor1"].pid
     network.set_link(2, up=False)  # host 2 is actor 1's
     down_at = time.monotonic()
@@ -296,16 +314,12 @@ def test_an_actor_host_that_drops_off_rejoins_without_a_restart(network, tmp_pat
     assert cluster.processes["actor1"].pid == actor1_pid
     assert cluster.processes["learner"].poll() is None
 
-
-# -- the learner's host drops off; then the learner is killed and restarted ------------
-
-
-def test_actors_wait_out_a_vanished_learner_host_and_a_restarted_learner(
-    network, tmp_path
-):
-    cluster = Cluster(network, str(tmp_path), num_actors=2)
-    far = cluster.start_training()
-
+    # 2. The learner's host.
+    lost_before = [
+        len(re.findall(r"lost the learner", cluster.read(f"actor{task}")))
+        for task in range(2)
+    ]
+    connected_before = [connections(task) for task in range(2)]
     network.set_link(0, up=False)
     down_at = time.monotonic()
     for task in range(2):
@@ -313,6 +327,7 @@ def test_actors_wait_out_a_vanished_learner_host_and_a_restarted_learner(
             f"actor{task}",
             r"lost the learner",
             NOTICE_GUARD_S,
+            count=lost_before[task] + 1,
         )
         report(f"learner host down -> actor {task} notices", noticed_at - down_at)
     # They keep trying while it is away: still running a while later (a
@@ -326,13 +341,17 @@ def test_actors_wait_out_a_vanished_learner_host_and_a_restarted_learner(
     up_at = time.monotonic()
     for task in range(2):
         connected_at, _ = cluster.wait_for(
-            f"actor{task}", rf"Actor {task}: connected to the learner", 90, count=2
+            f"actor{task}",
+            rf"Actor {task}: connected to the learner",
+            90,
+            count=connected_before[task] + 1,
         )
         report(f"learner host back -> actor {task} reconnected", connected_at - up_at)
     trained_at = cluster.wait_for_frames_past(frames_before, 60)
     report("learner host back -> learner training again", trained_at - up_at)
 
-    # Now the learner dies for good and a new one takes over its address.
+    # 3. The learner dies for good and a new one takes over its address.
+    connected_before = [connections(task) for task in range(2)]
     os.killpg(cluster.processes["learner"].pid, signal.SIGKILL)
     cluster.processes["learner"].wait(timeout=30)
     killed_at = time.monotonic()
@@ -340,7 +359,10 @@ def test_actors_wait_out_a_vanished_learner_host_and_a_restarted_learner(
     cluster.wait_for("learner_restarted", r"Resuming from a checkpoint at \d+", 120)
     for task in range(2):
         connected_at, _ = cluster.wait_for(
-            f"actor{task}", rf"Actor {task}: connected to the learner", 120, count=3
+            f"actor{task}",
+            rf"Actor {task}: connected to the learner",
+            120,
+            count=connected_before[task] + 1,
         )
         report(
             f"learner restarted -> actor {task} reconnected", connected_at - killed_at
