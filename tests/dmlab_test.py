@@ -17,6 +17,7 @@ import glob
 import json
 import os
 import re
+import subprocess
 
 import pytest
 from dmlab_helpers import (
@@ -29,7 +30,12 @@ from dmlab_helpers import (
     STANDIN,
     deepmind_lab,
 )
-from run_helpers import command, one_error_line, run_and_kill_one_environment
+from run_helpers import (
+    REPO_ROOT,
+    command,
+    one_error_line,
+    run_and_kill_one_environment,
+)
 
 import environments
 from families import dmlab
@@ -201,53 +207,75 @@ def test_a_killed_deepmind_lab_process_is_restarted(lab, tmp_path):
 # -- bad levels: one line naming the level ----------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "level, expected",
-    [
-        ("contributed/dmlab30/no_such_level", "Level not found"),
-        # A build without this level's map files: the engine exits its
-        # process (the stand-in is told its map is missing; on a full
-        # DeepMind Lab build the level starts and the test skips).
-        ("natlab_fixed_large_map", "died: exited with code"),
-        # Without --dataset_path its first episode cannot load its stimuli.
-        (
-            "psychlab_continuous_recognition",
-            "DeepMind Lab cannot start level 'contributed/dmlab30/psychlab_"
-            "continuous_recognition': Failed to start environment",
-        ),
-        # A level script that fails as an episode starts (the stand-in is
-        # told so; on the real library the level starts and the test skips).
-        (
-            "explore_object_locations_small",
-            "DeepMind Lab cannot start level 'contributed/dmlab30/explore_object_"
-            "locations_small': Failed to start environment",
-        ),
-    ],
-)
-def test_a_level_that_cannot_start_is_one_line_naming_it(
-    lab, tmp_path, level, expected
-):
-    result = lab.run(
-        command(
-            *SMALL,
-            f"--level_name={level}",
-            "--num_actors=1",
-            "--batch_size=1",
-            f"--logdir={tmp_path}",
-            "--total_environment_frames=1000",
-        ),
-        timeout=180,
-        DEEPMIND_LAB_STANDIN_MISSING_MAPS="natlab_fixed_large_map",
-        DEEPMIND_LAB_STANDIN_FAILING_STARTS="explore_object_locations_small",
-    )
-    if level.startswith("natlab") and result.returncode == 0:
+BAD_LEVELS = {
+    "contributed/dmlab30/no_such_level": "Level not found",
+    # A build without this level's map files: the engine exits its process
+    # (the stand-in is told its map is missing; on a full DeepMind Lab build
+    # the level starts and the test skips).
+    "natlab_fixed_large_map": "died: exited with code",
+    # Without --dataset_path its first episode cannot load its stimuli.
+    "psychlab_continuous_recognition": (
+        "DeepMind Lab cannot start level 'contributed/dmlab30/psychlab_"
+        "continuous_recognition': Failed to start environment"
+    ),
+    # A level script that fails as an episode starts (the stand-in is told
+    # so; on the real library the level starts and the test skips).
+    "explore_object_locations_small": (
+        "DeepMind Lab cannot start level 'contributed/dmlab30/explore_object_"
+        "locations_small': Failed to start environment"
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def bad_level_runs(lab, tmp_path_factory):
+    """experiment.py on each of BAD_LEVELS, the processes at once (each
+    mostly waits for TensorFlow's import): {level: (exit code, stderr)}."""
+    processes = {}
+    try:
+        for level in BAD_LEVELS:
+            logdir = tmp_path_factory.mktemp("bad_level")
+            processes[level] = subprocess.Popen(
+                command(
+                    *SMALL,
+                    f"--level_name={level}",
+                    "--num_actors=1",
+                    "--batch_size=1",
+                    f"--logdir={logdir}",
+                    "--total_environment_frames=1000",
+                ),
+                cwd=REPO_ROOT,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=lab.environ(
+                    DEEPMIND_LAB_STANDIN_MISSING_MAPS="natlab_fixed_large_map",
+                    DEEPMIND_LAB_STANDIN_FAILING_STARTS="explore_object_locations_small",
+                ),
+            )
+        results = {}
+        for level, process in processes.items():
+            _, stderr = process.communicate(timeout=180)
+            results[level] = (process.returncode, stderr)
+        return results
+    finally:
+        for process in processes.values():
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+
+@pytest.mark.parametrize("level", sorted(BAD_LEVELS))
+def test_a_level_that_cannot_start_is_one_line_naming_it(bad_level_runs, level):
+    returncode, stderr = bad_level_runs[level]
+    if level.startswith("natlab") and returncode == 0:
         pytest.skip("this DeepMind Lab build has the natlab maps")
-    if level.startswith("explore") and result.returncode == 0:
+    if level.startswith("explore") and returncode == 0:
         pytest.skip("a failing start is injected into the stand-in only")
-    assert result.returncode == 1, result.stderr[-3000:]
-    line = one_error_line(result.stderr)
+    assert returncode == 1, stderr[-3000:]
+    line = one_error_line(stderr)
     assert line.startswith(f"experiment.py: error: --level_name={level}: ")
-    assert expected in line
+    assert BAD_LEVELS[level] in line
 
 
 # -- the level cache ---------------------------------------------------------------------
