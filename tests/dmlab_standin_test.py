@@ -166,31 +166,6 @@ out['calls'] = cache.calls
     assert again == ["fetch", first[1], "explore_maze.pk3", True]
 
 
-def test_two_deepmind_lab_environments_share_a_process_in_training(tmp_path):
-    """The library's loader lets several Labs share a process (each gets its
-    own copy of the engine; tests/dmlab_contract_test.py): an actor whose two
-    environments share one process trains, both Labs in that process."""
-    trace = tmp_path / "trace.jsonl"
-    result = STANDIN_LAB.run(
-        command(
-            *SMALL,
-            f"--level_name={LEVEL}",
-            f"--logdir={tmp_path / 'run'}",
-            "--num_actors=1",
-            "--envs_per_actor=2",
-            "--envs_per_process=2",
-            "--batch_size=2",
-            "--total_environment_frames=1600",
-        ),
-        timeout=240,
-        DEEPMIND_LAB_STANDIN_TRACE=str(trace),
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    inits = [e["pid"] for e in read_trace(trace) if e["event"] == "init"]
-    assert len(inits) == 2 and len(set(inits)) == 1, inits
-    assert "Training done" in result.stderr
-
-
 # -- DMLab-30 through experiment.py ------------------------------------------------
 
 NUM_LEVELS = len(dmlab30.LEVEL_MAPPING)
@@ -327,21 +302,32 @@ def test_the_level_cache_is_filled_by_one_run_and_hit_by_the_next(tmp_path):
 
 
 @pytest.mark.slow
-def test_with_deepmind_lab_the_default_level_is_its_own_without_a_warning(tmp_path):
+def test_with_deepmind_lab_the_default_level_is_its_own_and_two_labs_share_a_process(
+    tmp_path,
+):
     """With deepmind_lab (on the stand-in) the default run trains on
     explore_goal_locations_small and does not warn. (Without it: the default
-    run's test in newcomer_test, on atari/pong after one warning.)"""
+    run's test in newcomer_test, on atari/pong after one warning.) Its actor's
+    two environments share one process: the library's loader lets several
+    Labs share a process (each gets its own copy of the engine;
+    tests/dmlab_contract_test.py), and both train there."""
+    trace = tmp_path / "trace.jsonl"
     args = command(
         "--agent=shallow",
         "--num_actors=1",
-        "--batch_size=1",
+        "--envs_per_actor=2",
+        "--envs_per_process=2",
+        "--batch_size=2",
         "--unroll_length=20",
-        f"--logdir={tmp_path}",
+        f"--logdir={tmp_path / 'run'}",
         "--level_cache_dir=",
-        "--total_environment_frames=160",
+        "--total_environment_frames=320",
     )
-    result = STANDIN_LAB.run(args, timeout=180)
+    result = STANDIN_LAB.run(args, timeout=240, DEEPMIND_LAB_STANDIN_TRACE=str(trace))
     assert result.returncode == 0, result.stderr[-3000:]
     warnings = [ln for ln in result.stderr.splitlines() if "is not installed" in ln]
     (training,) = re.findall(r"\] Training (?!done).*", result.stderr)
     assert warnings == [] and f"Training {LEVEL}" in training
+    assert "Training done" in result.stderr
+    inits = [e["pid"] for e in read_trace(trace) if e["event"] == "init"]
+    assert len(inits) == 2 and len(set(inits)) == 1, inits
