@@ -161,9 +161,12 @@ class KilledEnvironmentRun:
 
 def run_and_kill_one_environment(args: list[str], log_path, env=None):
     """Runs experiment.py with `args` (two environment processes, a short
-    --save_checkpoint_secs), SIGKILLs its first environment process once a
-    checkpoint after the first update is written, and waits for the run's
-    end. Returns a KilledEnvironmentRun."""
+    --save_checkpoint_secs, a target it does not reach), SIGKILLs its first
+    environment process once a checkpoint after the first update is
+    written, waits for the restart and for a checkpoint after it (training
+    went on), then stops the run with SIGINT (130 and a final checkpoint:
+    the documented stop). Each step waits for its event, not for a time.
+    Returns a KilledEnvironmentRun."""
     with open(log_path, "w") as log:
         process = subprocess.Popen(
             command(*args),
@@ -188,6 +191,7 @@ def run_and_kill_one_environment(args: list[str], log_path, env=None):
             while "environment restarted" not in text and process.poll() is None:
                 time.sleep(0.2)
                 text += log.read()
+            restarted_at = text.find("environment restarted")
             # The restart ends the killed process's group (child_process).
             grace = time.time() + 5
             while time.time() < grace:
@@ -197,6 +201,17 @@ def run_and_kill_one_environment(args: list[str], log_path, env=None):
                 if not left_after_restart:
                     break
                 time.sleep(0.2)
+            saved = re.compile(r"Saving checkpoints for [1-9]\d* ")
+            while (
+                restarted_at >= 0
+                and process.poll() is None
+                and not saved.search(text, restarted_at)
+            ):
+                assert time.time() < deadline, text[-3000:]
+                time.sleep(0.2)
+                text += log.read()
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
         returncode = process.wait(timeout=180)
     finally:
         if process.poll() is None:
