@@ -231,9 +231,10 @@ def test_dmlab30_gives_each_actor_its_level_as_the_reference_does(dmlab30_run):
 def test_dmlab30_test_mode_opens_the_hold_out_levels_and_scores_them(
     dmlab30_run, tmp_path
 ):
-    """On the stand-in (episodes shortened to 200 frames: 30 levels are
-    played): the JSON and the human-normalised table of the 30 test levels,
-    each started with allowHoldOutLevels and the evaluation mixer seed."""
+    """On the stand-in (episodes shortened to 60 frames, within one unroll:
+    30 levels are played): the JSON and the human-normalised table of the 30
+    test levels, each started with allowHoldOutLevels and the evaluation
+    mixer seed."""
     logdir, _, result = dmlab30_run
     assert result.returncode == 0, result.stderr[-3000:]
     trace = str(tmp_path / "test.jsonl")
@@ -248,7 +249,7 @@ def test_dmlab30_test_mode_opens_the_hold_out_levels_and_scores_them(
         ),
         timeout=300,
         DEEPMIND_LAB_STANDIN_TRACE=trace,
-        DEEPMIND_LAB_STANDIN_EPISODE_FRAMES="200",
+        DEEPMIND_LAB_STANDIN_EPISODE_FRAMES="60",
     )
     assert test.returncode == 0, test.stderr[-3000:]
     test_levels = [dmlab30.LEVEL_PREFIX + n for n in dmlab30.LEVEL_MAPPING.values()]
