@@ -206,14 +206,17 @@ def default_run_frames_per_update() -> int:
 def default_run(tmp_path_factory):
     """`python3 experiment.py` as a newcomer runs it, a short target and a
     small layout on top (and a progress line every second); without
-    DeepMind Lab, so on atari/pong. (logdir, CompletedProcess)."""
+    DeepMind Lab, so on atari/pong; where DeepMind Lab is installed, with
+    --level_name=atari/pong (the same run for the TensorBoard test; the
+    default-run test skips). (logdir, CompletedProcess, whether the level
+    was the default)."""
     from families.contract import importable
 
-    if importable("deepmind_lab"):
-        pytest.skip("DeepMind Lab is installed here: the default is its level")
+    is_default = not importable("deepmind_lab")
     logdir = str(tmp_path_factory.mktemp("default_run") / "run")
     result = subprocess.run(
         command(
+            *([] if is_default else ["--level_name=atari/pong"]),
             f"--total_environment_frames={DEFAULT_RUN_FRAMES}",
             "--agent=shallow",
             "--num_actors=1",
@@ -228,7 +231,7 @@ def default_run(tmp_path_factory):
         text=True,
         timeout=300,
     )
-    return logdir, result
+    return logdir, result, is_default
 
 
 @pytest.mark.slow
@@ -240,7 +243,9 @@ def test_the_default_run_ends_with_its_summary_and_the_test_command(default_run)
     its stand-in, dmlab_standin_test)."""
     from families import atari
 
-    logdir, result = default_run
+    logdir, result, is_default = default_run
+    if not is_default:
+        pytest.skip("DeepMind Lab is installed here: the default is its level")
     assert result.returncode == 0, result.stderr[-3000:]
     assert re.search(
         r"DeepMind Lab is not installed.*using 'atari/pong' instead",
@@ -483,7 +488,7 @@ def test_tensorboard_serves_the_runs_scalars(default_run):
     """The real TensorBoard over the default run's logdir: the losses (the
     first update's summary), the frames per second (each progress line) and
     each game's return, every point at a frame count after an update."""
-    trained_logdir, result = default_run
+    trained_logdir, result, _ = default_run
     assert result.returncode == 0, result.stderr[-3000:]
     per_update = default_run_frames_per_update()
     port = ports.pick_free_ports(1)[0]
