@@ -18,7 +18,6 @@ import json
 import os
 import re
 import signal
-import subprocess
 
 import pytest
 from dmlab_helpers import (
@@ -32,10 +31,10 @@ from dmlab_helpers import (
     deepmind_lab,
 )
 from run_helpers import (
-    REPO_ROOT,
     command,
     one_error_line,
     run_and_kill_one_environment,
+    run_at_once,
 )
 
 import environments
@@ -230,38 +229,23 @@ BAD_LEVELS = {
 def bad_level_runs(lab, tmp_path_factory):
     """experiment.py on each of BAD_LEVELS, the processes at once (each
     mostly waits for TensorFlow's import): {level: (exit code, stderr)}."""
-    processes = {}
-    try:
-        for level in BAD_LEVELS:
-            logdir = tmp_path_factory.mktemp("bad_level")
-            processes[level] = subprocess.Popen(
-                command(
-                    *SMALL,
-                    f"--level_name={level}",
-                    "--num_actors=1",
-                    "--batch_size=1",
-                    f"--logdir={logdir}",
-                    "--total_environment_frames=1000",
-                ),
-                cwd=REPO_ROOT,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                text=True,
-                env=lab.environ(
-                    DEEPMIND_LAB_STANDIN_MISSING_MAPS="natlab_fixed_large_map",
-                    DEEPMIND_LAB_STANDIN_FAILING_STARTS="explore_object_locations_small",
-                ),
+    return run_at_once(
+        {
+            level: command(
+                *SMALL,
+                f"--level_name={level}",
+                "--num_actors=1",
+                "--batch_size=1",
+                f"--logdir={tmp_path_factory.mktemp('bad_level')}",
+                "--total_environment_frames=1000",
             )
-        results = {}
-        for level, process in processes.items():
-            _, stderr = process.communicate(timeout=180)
-            results[level] = (process.returncode, stderr)
-        return results
-    finally:
-        for process in processes.values():
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+            for level in BAD_LEVELS
+        },
+        env=lab.environ(
+            DEEPMIND_LAB_STANDIN_MISSING_MAPS="natlab_fixed_large_map",
+            DEEPMIND_LAB_STANDIN_FAILING_STARTS="explore_object_locations_small",
+        ),
+    )
 
 
 @pytest.mark.parametrize("level", sorted(BAD_LEVELS))

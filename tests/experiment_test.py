@@ -29,6 +29,7 @@ from run_helpers import (
     SMALL,
     command,
     one_error_line,
+    run_at_once,
     run_command_line,
     run_experiment,
     small_config,
@@ -428,26 +429,13 @@ BAD_FLAG_PROCESSES = {
 @pytest.fixture(scope="module")
 def bad_flag_runs(tmp_path_factory):
     """The bad-flag processes at once (each mostly waits for TF's import)."""
-    processes = {}
-    for name, (args, _) in BAD_FLAG_PROCESSES.items():
-        logdir = str(tmp_path_factory.mktemp(name))
-        processes[name] = subprocess.Popen(
-            command(f"--logdir={logdir}", *args),
-            cwd=REPO_ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-    results = {}
-    try:
-        for name, process in processes.items():
-            _, stderr = process.communicate(timeout=120)
-            results[name] = (process.returncode, stderr)
-    finally:
-        for process in processes.values():
-            if process.poll() is None:
-                process.kill()
-    return results
+    return run_at_once(
+        {
+            name: command(f"--logdir={tmp_path_factory.mktemp(name)}", *args)
+            for name, (args, _) in BAD_FLAG_PROCESSES.items()
+        },
+        timeout=120,
+    )
 
 
 def check_one_error_line(stderr: str, expected: str) -> None:

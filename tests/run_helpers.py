@@ -46,6 +46,35 @@ def run_experiment(*args: str, timeout: float = RUN_TIMEOUT_S):
     )
 
 
+def run_at_once(
+    commands: dict[str, list[str]], env=None, timeout: float = 180
+) -> dict[str, tuple[int, str]]:
+    """Runs every command line of `commands` (name -> argv) at the same time
+    from the repository root, each mostly waiting for TensorFlow's import;
+    returns {name: (exit code, stderr)}. None outlives the call."""
+    processes = {}
+    try:
+        for name, argv in commands.items():
+            processes[name] = subprocess.Popen(
+                argv,
+                cwd=REPO_ROOT,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+            )
+        results = {}
+        for name, process in processes.items():
+            _, stderr = process.communicate(timeout=timeout)
+            results[name] = (process.returncode, stderr)
+        return results
+    finally:
+        for process in processes.values():
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+
 def run_command_line(*args: str) -> int:
     """experiment.py's mode for the command line `args`, in this process;
     returns its exit code."""
