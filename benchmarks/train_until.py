@@ -48,6 +48,20 @@ class Curve:
         self.episodes = 0
         self.reached: dict[float, dict] = {}
         self.best = None
+        # The curve itself: (frames, minutes, mean, episodes), one per
+        # `point` call (a runner calls it every few minutes).
+        self.points: list[dict] = []
+
+    def point(self, seconds: float) -> dict:
+        """Appends and returns the curve's point at `seconds` from start."""
+        point = dict(
+            frames=self.frames,
+            minutes=round(seconds / 60, 1),
+            mean=round(self.mean(), 2) if self.returns else None,
+            episodes=self.episodes,
+        )
+        self.points.append(point)
+        return point
 
     def line(self, text: str, seconds: float) -> bool:
         """Reads one log line; True when it made the mean cross a threshold."""
@@ -88,6 +102,81 @@ class Curve:
         )
 
 
+def train(
+    forwarded: list[str],
+    log_path: str,
+    curve: Curve,
+    *,
+    stop_at: float | None = None,
+    minutes: float | None = None,
+    program: str = os.path.join(common.REPO, "experiment.py"),
+    point_secs: float | None = None,
+    on_update=None,
+    on_start=None,
+) -> tuple[str, int, float]:
+    """Runs `program` with `forwarded` flags until its end, `stop_at` (the
+    curve's mean over a full window) or `minutes`, its log to `log_path`,
+    feeding `curve` as the log grows. `on_update(seconds)` is called at
+    each threshold crossed and each curve point (every `point_secs`),
+    `on_start(child)` with the child's Popen once it runs.
+    SIGINT or SIGTERM to this process stops the child the same way (SIGINT:
+    its checkpoint is written). Returns (why it ended, the child's exit
+    status, seconds)."""
+    command = [sys.executable, program, *forwarded]
+    start = time.time()
+    with open(log_path, "w") as log:
+        child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    if on_start:
+        on_start(child)
+    stopped = None
+    told = []
+    previous = {
+        signum: signal.signal(signum, lambda n, _: told.append(signal.Signals(n).name))
+        for signum in (signal.SIGINT, signal.SIGTERM)
+    }
+    next_point = point_secs
+    try:
+        with open(log_path, errors="replace") as reader:
+            while True:
+                text = reader.readline()
+                seconds = time.time() - start
+                if told and stopped is None:
+                    stopped = f"{told[0]} to {os.path.basename(sys.argv[0])}"
+                    child.send_signal(signal.SIGINT)
+                if next_point is not None and seconds >= next_point:
+                    next_point += point_secs
+                    curve.point(seconds)
+                    if on_update:
+                        on_update(seconds)
+                if not text:
+                    if child.poll() is not None:
+                        break
+                    if stopped is None and minutes and seconds > minutes * 60:
+                        stopped = f"time limit ({minutes:g} min)"
+                        child.send_signal(signal.SIGINT)
+                    time.sleep(1.0)
+                    continue
+                if curve.line(text, seconds) and on_update:
+                    on_update(seconds)
+                if stopped is None and stop_at is not None and stop_at in curve.reached:
+                    stopped = f"mean of {curve.window} reached {stop_at:g}"
+                    child.send_signal(signal.SIGINT)
+    finally:
+        if child.poll() is None:
+            child.send_signal(signal.SIGINT)
+            child.wait()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    seconds = time.time() - start
+    if point_secs is not None:
+        curve.point(seconds)
+    return (
+        stopped or f"experiment.py exited {child.returncode}",
+        child.returncode,
+        seconds,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     own, forwarded = (argv, [])
@@ -105,7 +194,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(own)
     thresholds = [float(t) for t in args.thresholds.split(",") if t]
     curve = Curve(args.window, thresholds)
-    command = [sys.executable, args.program, *forwarded]
     record = dict(
         command=" ".join(["python3 experiment.py", *forwarded]),
         machine=common.machine_info(),
@@ -118,39 +206,17 @@ def main(argv: list[str] | None = None) -> int:
         record["load_average"] = os.getloadavg()
         common.write_json(args.json, record)
 
-    start = time.time()
-    with open(args.log, "w") as log:
-        child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-    stopped = None
     write()
-    # SIGINT or SIGTERM to this script stops the run the same way, so that
-    # the record still ends with what it had shown.
-    told = []
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda n, _: told.append(signal.Signals(n).name))
-    with open(args.log, errors="replace") as reader:
-        while True:
-            text = reader.readline()
-            seconds = time.time() - start
-            if told and stopped is None:
-                stopped = f"{told[0]} to train_until.py"
-                child.send_signal(signal.SIGINT)
-            if not text:
-                if child.poll() is not None:
-                    break
-                if stopped is None and seconds > args.minutes * 60:
-                    stopped = f"time limit ({args.minutes:g} min)"
-                    child.send_signal(signal.SIGINT)
-                time.sleep(1.0)
-                continue
-            if curve.line(text, seconds):
-                write(None, seconds)
-            target = args.stop_at
-            if stopped is None and target is not None and target in curve.reached:
-                stopped = f"mean of {args.window} reached {target:g}"
-                child.send_signal(signal.SIGINT)
-    seconds = time.time() - start
-    write(stopped or f"experiment.py exited {child.returncode}", seconds)
+    ended, _, seconds = train(
+        forwarded,
+        args.log,
+        curve,
+        stop_at=args.stop_at,
+        minutes=args.minutes,
+        program=args.program,
+        on_update=lambda seconds: write(None, seconds),
+    )
+    write(ended, seconds)
     print(json.dumps(curve.record()))
     return 0
 

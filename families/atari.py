@@ -324,14 +324,19 @@ class PyProcessAtari:
 
 LEVEL_PREFIX = atari57.LEVEL_PREFIX  # 'atari/'
 SUITE = "atari57"
+# Every suite: Atari-57 and its subsets (atari57.SUBSETS), each shared by
+# several games and so played with all 18 actions.
+SUITES = (SUITE, *atari57.SUBSETS)
 
 
 class AtariFamily(EnvironmentFamily):
     """Atari for the registry (see contract.EnvironmentFamily)."""
 
     name = "Atari"
-    suites = (SUITE,)
-    level_forms = "'atari/<game>' (an ale_py ROM id, e.g. atari/pong), 'atari57'"
+    suites = SUITES
+    level_forms = "'atari/<game>' (an ale_py ROM id, e.g. atari/pong), " + ", ".join(
+        repr(s) for s in SUITES
+    )
     # The tested Pong commands (BENCHMARKS.md, "Pong within an hour" and
     # "Learning"): the shallow agent's with 80-step unrolls, fastest to +18
     # on 2 cores, is the default; --agent=deep takes the deep agent's.
@@ -341,18 +346,28 @@ class AtariFamily(EnvironmentFamily):
     )
 
     def owns(self, level_name: str) -> bool:
-        return level_name == SUITE or level_name.startswith(LEVEL_PREFIX)
+        return level_name in SUITES or level_name.startswith(LEVEL_PREFIX)
 
     def expand(self, level_name: str, is_test: bool = False) -> list[str]:
         if level_name == SUITE:
             return list(atari57.LEVEL_NAMES)
+        if level_name in atari57.SUBSETS:
+            games = atari57.SUBSETS[level_name]
+            missing = [g for g in games if g not in available_games()]
+            if missing:
+                raise UnknownLevelError(
+                    f"the installed ale_py has no ROM for {', '.join(missing)}; "
+                    "install the pinned ale-py (python3 -m pip install -r "
+                    "requirements.txt), whose wheel carries every Atari-57 ROM."
+                )
+            return [LEVEL_PREFIX + g for g in games]
         if level_name[len(LEVEL_PREFIX) :] in available_games():
             return [level_name]
         raise UnknownLevelError("ale_py has no ROM of that name.")
 
     def suggestions(self) -> dict[str, str]:
         # A game also matches by its bare name: 'pong' suggests 'atari/pong'.
-        names = {SUITE: SUITE}
+        names = {suite: suite for suite in SUITES}
         for game in available_games():
             names[LEVEL_PREFIX + game] = LEVEL_PREFIX + game
         for game in available_games():
@@ -363,7 +378,7 @@ class AtariFamily(EnvironmentFamily):
         """The game's minimal action set for one game; all 18 actions when
         several games share one policy."""
         level_names = list(level_names)
-        if SUITE in level_names or full_action_space(level_names):
+        if set(SUITES) & set(level_names) or full_action_space(level_names):
             return NUM_FULL_ACTIONS
         return num_actions(level_names[0][len(LEVEL_PREFIX) :])
 
@@ -406,6 +421,8 @@ class AtariFamily(EnvironmentFamily):
         )
 
     def suite_scores(self, suite: str, level_returns) -> dict[str, float]:
+        if suite in atari57.SUBSETS:
+            return atari57.subset_scores(suite, level_returns)
         median, mean = atari57.compute_human_normalized_scores(level_returns)
         return {"median": median, "mean": mean}
 

@@ -93,6 +93,16 @@ RANDOM_SCORES: dict[str, float] = {game: s[0] for game, s in _SCORES.items()}
 # 'atari/<game>' level names, in the order of GAMES.
 LEVEL_NAMES: tuple[str, ...] = tuple(LEVEL_PREFIX + game for game in GAMES)
 
+# Smaller suites of Atari-57 games (Aitchison, Sweetser and Hutter, ICML 2023,
+# "Atari-5: Distilling the Arcade Learning Environment down to Five Games"):
+# Atari-5, whose five scores predict the 57-game median, and Atari-3's
+# validation set, the three games the paper suggests for tuning. Name ->
+# games, in the paper's order.
+SUBSETS: dict[str, tuple[str, ...]] = {
+    "atari5": ("battle_zone", "double_dunk", "name_this_game", "phoenix", "qbert"),
+    "atari3_val": ("battle_zone", "name_this_game", "phoenix"),
+}
+
 HumanNormalizedScores = collections.namedtuple("HumanNormalizedScores", "median mean")
 
 
@@ -135,6 +145,26 @@ def human_normalized_scores_per_game(
             f"Missing games (or returns) for the Atari-57 score: {missing}"
         )
     return {game: human_normalized_score(game, pooled[game]) for game in GAMES}
+
+
+def subset_scores(
+    suite: str, level_returns: Mapping[str, Iterable[float]]
+) -> dict[str, float]:
+    """The median and mean human-normalised score over a subset's games
+    (SUBSETS[suite]), from {level: returns}; a game without returns is
+    named in the ValueError."""
+    scores = []
+    for game in SUBSETS[suite]:
+        returns = [
+            float(r)
+            for level, values in level_returns.items()
+            if strip_prefix(level, LEVEL_PREFIX) == game
+            for r in np.asarray(values, dtype=np.float64).reshape(-1)
+        ]
+        if not returns:
+            raise ValueError(f"Missing returns for {game!r} in the {suite} score.")
+        scores.append(human_normalized_score(game, returns))
+    return {"median": float(np.median(scores)), "mean": float(np.mean(scores))}
 
 
 def compute_human_normalized_scores(

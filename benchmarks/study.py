@@ -1,0 +1,557 @@
+r"""The study runner: arms (experiment.py command lines) trained one after
+another, each to its frame budget, then tested; a record per arm written as
+it goes; resumable; one figure of the curves.
+
+    python3 benchmarks/study.py atari5 \
+        --results benchmarks/results/atari5 --logdir_root /tmp/atari5
+
+Every study here goes through this tool (Atari-5, the off-policy study, the
+PBT comparison): a study is a name in STUDIES that gives its arms, or arms
+given with --arm 'NAME: FLAGS' (repeatable). For each arm, in order:
+
+* `<results>/<arm>.json` complete (trained to its budget and tested): the
+  arm is skipped, whichever commit made it (a result is never overwritten).
+* absent, or incomplete from this commit with the same command: the arm
+  trains (`train_until.train`: experiment.py as a child, its log read as
+  it is written) with --logdir=<logdir_root>/<arm>, so an arm stopped
+  part-way (SIGINT or SIGTERM to this script, or --minutes) continues from
+  its last checkpoint when the same command is run again, its curve kept.
+  Then test mode plays --test_episodes games with the final checkpoint.
+* incomplete from another commit, or with another command: one line naming
+  the file, both commits (or commands) and the fix; exit 2, nothing written.
+
+The record: the arm's training and test commands, the code's commit, the
+machine, the date, the curve (frames, minutes, mean of the last 100
+training episodes and the episode count every --point_minutes minutes,
+with the machine's load beside the run at that point: the load average and
+the cores that processes other than the run's used), how each training
+segment ended, the test results (each episode's return and length, their
+mean, the human-normalised score where the level has published scores) and
+--beside (a free note of what else ran). The figure (--figure, default
+<results>/curves.png) draws each record's curve in a panel of its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+import train_until  # noqa: E402
+
+ATARI5_FRAMES = 40_000_000
+
+
+@dataclasses.dataclass(frozen=True)
+class Arm:
+    """One run of a study: its name (the record's file name) and the
+    experiment.py flags it trains with (never --logdir: the runner's)."""
+
+    name: str
+    flags: tuple[str, ...]
+
+    def flag(self, name: str) -> str | None:
+        """The value of --name in the arm's flags, or None."""
+        for text in self.flags:
+            if text.startswith(f"--{name}="):
+                return text.split("=", 1)[1]
+        return None
+
+
+def atari_suite_arms(suite: str, frames: int) -> list[Arm]:
+    """One expert a game of an Atari suite, Atari's default command (the
+    level flag alone) with the frame budget."""
+    from families import atari57
+
+    return [
+        Arm(
+            game,
+            (f"--level_name=atari/{game}", f"--total_environment_frames={frames}"),
+        )
+        for game in atari57.SUBSETS[suite]
+    ]
+
+
+STUDIES = {
+    "atari5": lambda frames: atari_suite_arms("atari5", frames or ATARI5_FRAMES),
+    "atari3_val": lambda frames: atari_suite_arms(
+        "atari3_val", frames or ATARI5_FRAMES
+    ),
+}
+
+
+class StudyError(Exception):
+    """A refusal: one line for the user, exit 2."""
+
+
+# -- the code and the machine's load ----------------------------------------------
+
+
+def code_commit(repo: str = common.REPO) -> dict:
+    """The commit of the code that runs (HEAD of `repo`), and whether its
+    code files differ from it (uncommitted changes)."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=repo, capture_output=True, text=True
+        ).stdout
+
+    commit = git("rev-parse", "HEAD").strip() or "unknown"
+    changed = [
+        line[3:].strip()
+        for line in git("status", "--porcelain").splitlines()
+        if common._is_code(line[3:].strip())
+    ]
+    return {"commit": commit, "uncommitted_code": changed}
+
+
+def _busy_jiffies() -> int:
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    return sum(fields) - fields[3] - (fields[4] if len(fields) > 4 else 0)
+
+
+def _tree_jiffies(pid: int) -> int:
+    """CPU time (utime + stime, and that of waited-for children) of `pid`
+    and its descendants."""
+    total, pending = 0, [pid]
+    while pending:
+        p = pending.pop()
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += sum(int(x) for x in fields[11:15])
+        except (OSError, IndexError):
+            continue
+        pending.extend(common.children(p))
+    return total
+
+
+class LoadMeter:
+    """The load beside a run: between two calls of `sample`, the cores that
+    processes outside the run's process tree kept busy."""
+
+    def __init__(self) -> None:
+        self.pid: int | None = None
+        self.last: tuple[float, int, int] | None = None
+
+    def sample(self) -> dict:
+        now = time.time()
+        busy = _busy_jiffies()
+        mine = _tree_jiffies(self.pid) if self.pid else 0
+        result = {"load_average": round(os.getloadavg()[0], 2)}
+        if self.last is not None and now > self.last[0]:
+            seconds = now - self.last[0]
+            others = (busy - self.last[1]) - max(0, mine - self.last[2])
+            result["cores_beside"] = round(
+                max(0.0, others / common.CLK_TCK / seconds), 2
+            )
+        self.last = (now, busy, mine)
+        return result
+
+
+# -- records ----------------------------------------------------------------------
+
+
+def load_record(path: str) -> dict | None:
+    """The record at `path`, None if absent; a file that is not a whole
+    JSON object is a StudyError naming it (nothing is deleted)."""
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            record = json.load(f)
+        if not isinstance(record, dict):
+            raise ValueError("not a JSON object")
+    except ValueError as e:
+        raise StudyError(
+            f"{path}: not a study record ({e}); move it away (it is left as "
+            "it is) and run the study again to retrain that arm."
+        ) from None
+    return record
+
+
+def write_record(path: str, record: dict) -> None:
+    """Writes `record` whole: a temporary file renamed over `path`, so a
+    kill never leaves half a record."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    temporary = f"{path}.tmp"
+    with open(temporary, "w") as f:
+        json.dump(record, f, indent=1)
+        f.write("\n")
+    os.replace(temporary, path)
+
+
+def check_resumable(path: str, record: dict, commit: str, command: str) -> None:
+    """Refuses (StudyError) to continue a record that another commit or
+    another command started."""
+    if record.get("commit") != commit:
+        raise StudyError(
+            f"{path}: an incomplete record of commit {record.get('commit')}, "
+            f"but this code is commit {commit}; finish it from a worktree of "
+            f"that commit (git worktree add DIR {record.get('commit')}) or "
+            "move the file away; nothing was overwritten."
+        )
+    if record.get("command") != command:
+        raise StudyError(
+            f"{path}: an incomplete record of `{record.get('command')}`, but "
+            f"this arm's command is `{command}`; move the file away to train "
+            "the arm anew; nothing was overwritten."
+        )
+
+
+def training_done(record: dict) -> bool:
+    """Whether a record's training reached its frame target."""
+    target = record.get("frames_target")
+    return bool(target) and record.get("frames", 0) >= target
+
+
+# -- one arm ----------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Options:
+    results: str
+    logdir_root: str
+    test_episodes: int = 30
+    point_minutes: float = 3.0
+    minutes: float | None = None
+    beside: str = ""
+    program: str = os.path.join(common.REPO, "experiment.py")
+
+
+def train_command(arm: Arm, logdir: str) -> list[str]:
+    return [*arm.flags, f"--logdir={logdir}"]
+
+
+def test_command(arm: Arm, logdir: str, episodes: int) -> list[str]:
+    """Test mode on the arm's levels with its agent flags (the training-only
+    flags left out), the final checkpoint of `logdir`."""
+    kept = [f for f in arm.flags if not f.startswith("--total_environment_frames=")]
+    return [
+        *kept,
+        "--mode=test",
+        f"--test_num_episodes={episodes}",
+        f"--logdir={logdir}",
+    ]
+
+
+def _command_text(flags: list[str]) -> str:
+    return " ".join(["python3 experiment.py", *map(shlex.quote, flags)])
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def run_arm(arm: Arm, options: Options, commit: dict) -> dict:
+    """Trains and tests one arm (see the module's docstring); returns its
+    record."""
+    path = os.path.join(options.results, f"{arm.name}.json")
+    logdir = os.path.join(options.logdir_root, arm.name)
+    train_flags = train_command(arm, logdir)
+    command = _command_text(train_flags)
+    record = load_record(path)
+    if record is not None and record.get("complete"):
+        print(f"{arm.name}: complete ({path}, commit {record.get('commit')}); skipped.")
+        return record
+    if record is not None:
+        check_resumable(path, record, commit["commit"], command)
+    else:
+        target = arm.flag("total_environment_frames")
+        record = {
+            "arm": arm.name,
+            "command": command,
+            "test_command": _command_text(
+                test_command(arm, logdir, options.test_episodes)
+            ),
+            "commit": commit["commit"],
+            "uncommitted_code": commit["uncommitted_code"],
+            "machine": common.machine_info(),
+            "frames_target": int(target) if target else None,
+            "frames": 0,
+            "curve": [],
+            "segments": [],
+            "beside": [],
+            "complete": False,
+        }
+    if options.beside:
+        record["beside"].append({"from": _now(), "note": options.beside})
+    os.makedirs(options.logdir_root, exist_ok=True)
+
+    if record["frames"] and not _has_checkpoint(logdir):
+        # The run's logdir is gone (another machine, a cleaned /tmp): the
+        # arm trains anew, and its record says so.
+        record.update(frames=0, curve=[], episodes=0)
+        record["segments"].append({"started": _now(), "how": f"{logdir} lost: anew"})
+    if not training_done(record):
+        _train(arm, record, path, logdir, train_flags, options)
+        if not training_done(record):
+            return record
+    if "test" not in record:
+        _test(arm, record, path, logdir, options)
+    record["complete"] = "test" in record
+    write_record(path, record)
+    return record
+
+
+def _train(arm, record, path, logdir, train_flags, options) -> None:
+    earlier = list(record["curve"])
+    minutes_before = earlier[-1]["minutes"] if earlier else 0.0
+    curve = train_until.Curve(100, [])
+    meter = LoadMeter()
+    segment = {"started": _now(), "ended": None, "how": None}
+    record["segments"].append(segment)
+
+    def update(seconds: float) -> None:
+        if curve.points and not curve.points[-1].get("load"):
+            curve.points[-1]["minutes"] = round(
+                minutes_before + curve.points[-1]["minutes"], 1
+            )
+            curve.points[-1]["load"] = meter.sample()
+        record["curve"] = earlier + curve.points
+        record["frames"] = max(record.get("frames", 0), curve.frames)
+        record["episodes"] = record.get("episodes_before", 0) + curve.episodes
+        record["last_mean"] = curve.record()["last_mean"]
+        write_record(path, record)
+
+    record["episodes_before"] = record.get("episodes", 0)
+    write_record(path, record)
+    log_path = os.path.join(options.logdir_root, f"{arm.name}.log")
+
+    def started(child) -> None:
+        meter.pid = child.pid
+        meter.sample()
+
+    how, returncode, _ = train_until.train(
+        train_flags,
+        log_path,
+        curve,
+        minutes=options.minutes,
+        program=options.program,
+        point_secs=options.point_minutes * 60,
+        on_update=update,
+        on_start=started,
+    )
+    update(0.0)
+    segment.update(ended=_now(), how=how, exit_status=returncode)
+    if returncode == 0 and record["frames_target"]:
+        # experiment.py exits 0 at its target (its "Training done" line);
+        # the last progress line may be from a little before it.
+        record["frames"] = max(record["frames"], _final_frames(log_path))
+    write_record(path, record)
+
+
+def _has_checkpoint(logdir: str) -> bool:
+    return os.path.exists(os.path.join(logdir, "checkpoint"))
+
+
+def _final_frames(log_path: str) -> int:
+    import re
+
+    frames = 0
+    with open(log_path, errors="replace") as f:
+        for line in f:
+            if m := re.search(r"Training done: (\d+) environment frames", line):
+                frames = int(m.group(1))
+    return frames
+
+
+def _test(arm, record, path, logdir, options) -> None:
+    flags = test_command(arm, logdir, options.test_episodes)
+    log_path = os.path.join(options.logdir_root, f"{arm.name}.test.log")
+    start = time.time()
+    with open(log_path, "w") as log:
+        status = subprocess.run(
+            [sys.executable, options.program, *flags],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        ).returncode
+    if status != 0:
+        raise StudyError(
+            f"{arm.name}: test mode exited {status}; its log is {log_path}. "
+            "Training is complete in its record; run the study again to retry "
+            "the test."
+        )
+    with open(os.path.join(logdir, "test_results.json")) as f:
+        results = json.load(f)
+    levels = {}
+    for level, result in results["levels"].items():
+        entry = dict(result, episodes=len(result["returns"]))
+        score = _level_score(level, result["returns"])
+        if score is not None:
+            entry["human_normalized"] = round(score, 2)
+        levels[level] = entry
+    record["test"] = {
+        "date": _now(),
+        "minutes": round((time.time() - start) / 60, 1),
+        "checkpoint": os.path.basename(results["checkpoint"]),
+        "levels": levels,
+    }
+
+
+def _level_score(level: str, returns) -> float | None:
+    from families import atari57
+
+    try:
+        return atari57.human_normalized_score(level, returns)
+    except ValueError:
+        return None
+
+
+# -- the figure -------------------------------------------------------------------
+
+
+def draw_figure(records: list[dict], path: str, title: str) -> None:
+    """Each record's curve (mean of the last 100 training episodes against
+    frames) in a panel of its own."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = [r for r in records if r.get("curve")]
+    if not records:
+        return
+    columns = min(len(records), 3)
+    rows = -(-len(records) // columns)
+    figure, axes = plt.subplots(
+        rows, columns, figsize=(4.2 * columns, 3.2 * rows), squeeze=False
+    )
+    for ax in axes.flat[len(records) :]:
+        ax.axis("off")
+    for ax, record in zip(axes.flat, records, strict=False):
+        points = [p for p in record["curve"] if p.get("mean") is not None]
+        ax.plot(
+            [p["frames"] / 1e6 for p in points], [p["mean"] for p in points], lw=1.5
+        )
+        test = record.get("test", {}).get("levels", {})
+        for result in test.values():
+            ax.axhline(result["mean_return"], ls="--", lw=1, color="gray")
+        ax.set_title(record["arm"])
+        ax.set_xlabel("frames (M)")
+        ax.set_ylabel("mean return, last 100")
+        ax.grid(alpha=0.3)
+    figure.suptitle(title)
+    figure.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+# -- the command line -------------------------------------------------------------
+
+
+def parse_arm(text: str) -> Arm:
+    name, _, flags = text.partition(":")
+    name = name.strip()
+    if not name or not flags.strip() or "/" in name:
+        raise StudyError(
+            f"--arm={text!r}: give 'NAME: FLAGS', e.g. 'pong_lr2: "
+            "--level_name=atari/pong --learning_rate=0.0016'."
+        )
+    parsed = tuple(shlex.split(flags))
+    if any(f.startswith("--logdir=") for f in parsed):
+        raise StudyError(
+            f"--arm={text!r}: leave --logdir out; each arm trains in "
+            "<--logdir_root>/<NAME>."
+        )
+    return Arm(name, parsed)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("study", nargs="?", help=f"one of {', '.join(STUDIES)}")
+    parser.add_argument("--arm", action="append", default=[], help="'NAME: FLAGS'")
+    parser.add_argument("--only", default="", help="these arms (comma-separated)")
+    parser.add_argument("--results", required=True, help="the records' folder")
+    parser.add_argument("--logdir_root", required=True, help="arms' logdirs")
+    parser.add_argument("--frames", type=int, default=None, help="frames an arm")
+    parser.add_argument("--test_episodes", type=int, default=30)
+    parser.add_argument("--point_minutes", type=float, default=3.0)
+    parser.add_argument("--minutes", type=float, default=None, help="per arm")
+    parser.add_argument("--beside", default="", help="what else runs (a note)")
+    parser.add_argument("--figure", default=None)
+    parser.add_argument("--program", default=os.path.join(common.REPO, "experiment.py"))
+    args = parser.parse_args(argv)
+    try:
+        arms = [parse_arm(text) for text in args.arm]
+        if args.study is not None:
+            if args.study not in STUDIES:
+                raise StudyError(
+                    f"Unknown study {args.study!r}: one of {', '.join(STUDIES)}, "
+                    "or give the arms with --arm 'NAME: FLAGS'."
+                )
+            arms = STUDIES[args.study](args.frames) + arms
+        elif args.frames:
+            arms = [
+                Arm(a.name, (*a.flags, f"--total_environment_frames={args.frames}"))
+                for a in arms
+            ]
+        if not arms:
+            raise StudyError("No arms: name a study or give --arm 'NAME: FLAGS'.")
+        if args.only:
+            wanted = args.only.split(",")
+            unknown = [w for w in wanted if w not in {a.name for a in arms}]
+            if unknown:
+                raise StudyError(
+                    f"--only={args.only}: no arm {', '.join(unknown)}; the arms "
+                    f"are {', '.join(a.name for a in arms)}."
+                )
+            arms = [a for a in arms if a.name in wanted]
+        options = Options(
+            results=args.results,
+            logdir_root=args.logdir_root,
+            test_episodes=args.test_episodes,
+            point_minutes=args.point_minutes,
+            minutes=args.minutes,
+            beside=args.beside,
+            program=args.program,
+        )
+        commit = code_commit(os.path.dirname(os.path.abspath(args.program)))
+        # Every record is checked before any arm trains, so that a refusal
+        # comes first, not after hours of another arm.
+        for arm in arms:
+            path = os.path.join(args.results, f"{arm.name}.json")
+            record = load_record(path)
+            if record is not None and not record.get("complete"):
+                check_resumable(
+                    path,
+                    record,
+                    commit["commit"],
+                    _command_text(
+                        train_command(arm, os.path.join(args.logdir_root, arm.name))
+                    ),
+                )
+        records = []
+        for arm in arms:
+            record = run_arm(arm, options, commit)
+            records.append(record)
+            if not record.get("complete"):
+                print(
+                    f"{arm.name}: stopped before its end; the same command continues it."
+                )
+                break
+    except StudyError as e:
+        print(f"study.py: {e}", file=sys.stderr)
+        return 2
+    names = sorted(f for f in os.listdir(args.results) if f.endswith(".json"))
+    every = [load_record(os.path.join(args.results, n)) for n in names]
+    order = {a.name: i for i, a in enumerate(arms)}
+    every.sort(key=lambda r: order.get(r.get("arm"), len(order)))
+    figure = args.figure or os.path.join(args.results, "curves.png")
+    draw_figure(every, figure, args.study or "study")
+    print(f"Records in {args.results}; figure {figure}.")
+    return 0 if all(r.get("complete") for r in records) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
