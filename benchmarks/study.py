@@ -148,6 +148,10 @@ class LoadMeter:
         busy = _busy_jiffies()
         mine = _tree_jiffies(self.pid) if self.pid else 0
         result = {"load_average": round(os.getloadavg()[0], 2)}
+        if self.pid and not mine:
+            # The run has ended: its CPU time can no longer be told apart.
+            self.last = None
+            return result
         if self.last is not None and now > self.last[0]:
             seconds = now - self.last[0]
             others = (busy - self.last[1]) - max(0, mine - self.last[2])
@@ -320,10 +324,13 @@ def _train(arm, record, path, logdir, train_flags, options) -> None:
         record["curve"] = earlier + curve.points
         record["frames"] = max(record.get("frames", 0), curve.frames)
         record["episodes"] = record.get("episodes_before", 0) + curve.episodes
+        record["games"] = record.get("games_before", 0) + curve.games
+        record["unit"] = curve.unit
         record["last_mean"] = curve.record()["last_mean"]
         write_record(path, record)
 
     record["episodes_before"] = record.get("episodes", 0)
+    record["games_before"] = record.get("games", 0)
     write_record(path, record)
     log_path = os.path.join(options.logdir_root, f"{arm.name}.log")
 
@@ -438,7 +445,8 @@ def draw_figure(records: list[dict], path: str, title: str) -> None:
             ax.axhline(result["mean_return"], ls="--", lw=1, color="gray")
         ax.set_title(record["arm"])
         ax.set_xlabel("frames (M)")
-        ax.set_ylabel("mean return, last 100")
+        unit = "games" if record.get("unit") == "game" else "episodes"
+        ax.set_ylabel(f"mean return, last 100 {unit}")
         ax.grid(alpha=0.3)
     figure.suptitle(title)
     figure.tight_layout()

@@ -33,12 +33,20 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
 _EPISODE = re.compile(r"Episode on (\S+): return (-?[\d.]+)")
+# With life loss (Atari's training) an episode is one life; the environment
+# process also writes each whole game's return (families/atari.py).
+GAME = re.compile(r"Game on (\S+): return (-?[\d.]+)")
 _PROGRESS = re.compile(r"\] frames ([\d,]+) / ([\d,]+)")
 
 
 class Curve:
     """The rolling mean of the last `window` returns and the first frames
-    and seconds at which it reached each threshold (ascending)."""
+    and seconds at which it reached each threshold (ascending).
+
+    The returns are the learner's episodes' (`Episode on` lines) until the
+    log shows a whole game (`Game on`, Atari's training with life loss):
+    from then on they are whole games', as published scores are
+    (`unit` says which)."""
 
     def __init__(self, window: int, thresholds: list[float]):
         self.window = window
@@ -46,6 +54,8 @@ class Curve:
         self.returns: collections.deque[float] = collections.deque(maxlen=window)
         self.frames = 0
         self.episodes = 0
+        self.games = 0
+        self.unit = "episode"
         self.reached: dict[float, dict] = {}
         self.best = None
         # The curve itself: (frames, minutes, mean, episodes), one per
@@ -59,6 +69,7 @@ class Curve:
             minutes=round(seconds / 60, 1),
             mean=round(self.mean(), 2) if self.returns else None,
             episodes=self.episodes,
+            games=self.games,
         )
         self.points.append(point)
         return point
@@ -68,11 +79,19 @@ class Curve:
         if m := _PROGRESS.search(text):
             self.frames = int(m.group(1).replace(",", ""))
             return False
-        m = _EPISODE.search(text)
-        if not m:
+        if m := GAME.search(text):
+            self.games += 1
+            if self.unit != "game":
+                self.unit = "game"
+                self.returns.clear()
+                self.best = None
+        elif m := _EPISODE.search(text):
+            self.episodes += 1
+            if self.unit == "game":
+                return False
+        else:
             return False
         self.returns.append(float(m.group(2)))
-        self.episodes += 1
         mean = self.mean()
         if len(self.returns) == self.window:
             self.best = mean if self.best is None else max(self.best, mean)
@@ -95,6 +114,8 @@ class Curve:
         return dict(
             window=self.window,
             episodes=self.episodes,
+            games=self.games,
+            unit=self.unit,
             frames=self.frames,
             last_mean=round(self.mean(), 2) if self.returns else None,
             best_mean=None if self.best is None else round(self.best, 2),

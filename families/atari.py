@@ -35,12 +35,15 @@ an episode. An "episode" is then one life: `FlowEnvironment`'s episode_return
 and episode_step (which restart at every done) are per life, and the 108,000
 frame cap and no-op starts apply to the whole game. Test mode
 (`episode_life=False`) gives whole games, the figures that are comparable with
-published scores.
+published scores. In training, each whole game's return is also written to
+standard error by the environment's process: `Game on atari/<game>: return R,
+N frames` (N emulator frames, no-ops included).
 """
 
 from __future__ import annotations
 
 import functools
+import sys
 from typing import Any
 
 import numpy as np
@@ -204,6 +207,7 @@ class PyProcessAtari:
 
         self._episode_frames = 0
         self._lives = 0
+        self._game_return = 0.0
         self.last_noop_count = 0  # for tests and debugging
 
     # -- introspection (used by tests and the benchmark) ---------------------
@@ -245,6 +249,7 @@ class PyProcessAtari:
                 self._grab_screen()
             if self._ale.game_over(with_truncation=False):
                 break
+        self._game_return += reward
 
         game_over = self._ale.game_over(with_truncation=False)
         truncated = self._episode_frames >= self._max_episode_frames
@@ -255,6 +260,8 @@ class PyProcessAtari:
 
         if game_over or truncated:
             done = True
+            if self._episode_life:
+                self._log_game()
             self._new_game()
         elif self._episode_life and life_lost:
             # The game goes on: only the agent's episode ends. The frame stack
@@ -270,6 +277,18 @@ class PyProcessAtari:
         self._ale = None
 
     # -- internals -----------------------------------------------------------
+
+    def _log_game(self) -> None:
+        """With life loss the learner's episodes are lives, not games: the
+        game's own return (what published scores and test mode give) is
+        logged here, a line a game on the run's standard error, for the
+        study runner and the user (train_until.GAME)."""
+        print(
+            f"Game on {LEVEL_PREFIX}{self._game}: return {self._game_return:.1f}, "
+            f"{self._episode_frames} frames",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def _grab_screen(self) -> None:
         self._ale.getScreenGrayscale(self._screens[self._screen_index])
@@ -302,6 +321,7 @@ class PyProcessAtari:
                 self._grab_screen()
                 self._grab_screen()
         self._lives = self._ale.lives()
+        self._game_return = 0.0
         self._push_frame(fill=True)
 
     def _observation(self):
