@@ -348,12 +348,13 @@ def _train(arm, record, path, logdir, train_flags, options) -> None:
         on_update=update,
         on_start=started,
     )
+    # experiment.py's last line gives its final frame count ("Training
+    # done", or the checkpoint written at a stop); the last progress line
+    # may be from a little before it.
+    curve.frames = max(curve.frames, _final_frames(log_path))
+    curve.points[-1]["frames"] = curve.frames
     update(0.0)
     segment.update(ended=_now(), how=how, exit_status=returncode)
-    if returncode == 0 and record["frames_target"]:
-        # experiment.py exits 0 at its target (its "Training done" line);
-        # the last progress line may be from a little before it.
-        record["frames"] = max(record["frames"], _final_frames(log_path))
     write_record(path, record)
 
 
@@ -419,8 +420,13 @@ def _level_score(level: str, returns) -> float | None:
 
 def draw_figure(records: list[dict], path: str, title: str) -> None:
     """Each record's curve (mean of the last 100 training episodes against
-    frames) in a panel of its own."""
-    import matplotlib
+    frames) in a panel of its own. Needs matplotlib (benchmarks/
+    requirements.txt); without it, says so and draws nothing."""
+    try:
+        import matplotlib
+    except ImportError:
+        print("No figure: matplotlib is not installed (benchmarks/requirements.txt).")
+        return
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -453,6 +459,7 @@ def draw_figure(records: list[dict], path: str, title: str) -> None:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     figure.savefig(path, dpi=110)
     plt.close(figure)
+    print(f"Figure: {path}")
 
 
 # -- the command line -------------------------------------------------------------
@@ -557,7 +564,7 @@ def main(argv: list[str] | None = None) -> int:
     every.sort(key=lambda r: order.get(r.get("arm"), len(order)))
     figure = args.figure or os.path.join(args.results, "curves.png")
     draw_figure(every, figure, args.study or "study")
-    print(f"Records in {args.results}; figure {figure}.")
+    print(f"Records in {args.results}.")
     return 0 if all(r.get("complete") for r in records) else 1
 
 

@@ -1,0 +1,216 @@
+"""The study runner (benchmarks/study.py) on the real experiment.py at a
+tiny budget: two Atari arms trained and tested in order, a record each;
+a complete record skipped; an arm stopped part-way continued from its
+checkpoint with its curve kept; another commit's unfinished record and a
+truncated record refused, nothing overwritten. And the Atari-5 suites."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from run_helpers import REPO_ROOT
+
+sys.path.insert(0, os.path.join(REPO_ROOT, "benchmarks"))
+
+import study  # noqa: E402
+
+import environments  # noqa: E402
+from families import atari57  # noqa: E402
+
+STUDY = os.path.join(REPO_ROOT, "benchmarks", "study.py")
+TINY = (
+    "--num_actors=1 --envs_per_actor=2 --envs_per_process=2 --batch_size=1 "
+    "--unroll_length=20 --agent=shallow --progress_secs=1"
+)
+FRAMES = 4000
+
+
+def run_study(tmp_path, *args, timeout=300):
+    return subprocess.run(
+        [
+            sys.executable,
+            STUDY,
+            f"--results={tmp_path / 'results'}",
+            f"--logdir_root={tmp_path / 'runs'}",
+            "--test_episodes=2",
+            "--point_minutes=0.05",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+ARMS = (
+    f"--arm=breakout: --level_name=atari/breakout {TINY}",
+    f"--arm=pong: --level_name=atari/pong {TINY}",
+)
+
+
+@pytest.mark.slow
+def test_two_arms_train_and_test_in_order_then_are_skipped(tmp_path):
+    result = run_study(tmp_path, *ARMS, f"--frames={FRAMES}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = {}
+    for name, level in (("breakout", "atari/breakout"), ("pong", "atari/pong")):
+        path = tmp_path / "results" / f"{name}.json"
+        record = json.loads(path.read_text())
+        records[name] = record
+        assert record["complete"] is True
+        assert record["frames"] >= FRAMES == record["frames_target"]
+        assert record["command"].startswith(
+            f"python3 experiment.py --level_name={level}"
+        )
+        assert f"--logdir={tmp_path / 'runs' / name}" in record["command"]
+        assert record["commit"] == study.code_commit()["commit"]
+        assert record["machine"]["nproc"] == os.cpu_count()
+        assert record["segments"][0]["exit_status"] == 0
+        test = record["test"]["levels"][level]
+        assert test["episodes"] == 2 == len(test["returns"])
+        assert test["mean_return"] == sum(test["returns"]) / 2
+        assert test["human_normalized"] == pytest.approx(
+            atari57.human_normalized_score(level, test["returns"]), abs=0.01
+        )
+        assert record["curve"][-1]["frames"] >= FRAMES
+    # Whole games: Breakout's training logs games of 5 lives (no Pong game
+    # ends within this budget).
+    breakout = records["breakout"]
+    assert breakout["unit"] == "game"
+    assert breakout["episodes"] > breakout["games"] > 0
+    # Trained in order: Breakout's test ended before Pong started.
+    assert (
+        records["breakout"]["test"]["date"] <= records["pong"]["segments"][0]["started"]
+    )
+
+    # A second invocation skips both: nothing trains, nothing is rewritten.
+    before = {n: (tmp_path / "results" / f"{n}.json").read_text() for n in records}
+    log_mtime = os.path.getmtime(tmp_path / "runs" / "pong.log")
+    again = run_study(tmp_path, *ARMS, f"--frames={FRAMES}", timeout=60)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.count("complete") == 2
+    for name, text in before.items():
+        assert (tmp_path / "results" / f"{name}.json").read_text() == text
+    assert os.path.getmtime(tmp_path / "runs" / "pong.log") == log_mtime
+
+
+@pytest.mark.slow
+def test_an_arm_stopped_part_way_continues_from_its_checkpoint(tmp_path):
+    arm = f"--arm=pong: --level_name=atari/pong {TINY}"
+    # A budget it cannot reach in the time limit: stopped with SIGINT,
+    # which writes a checkpoint; the record is incomplete.
+    first = run_study(tmp_path, arm, "--frames=400000", "--minutes=0.4")
+    assert first.returncode == 1, first.stderr[-3000:]
+    path = tmp_path / "results" / "pong.json"
+    record = json.loads(path.read_text())
+    assert record["complete"] is False
+    assert record["segments"][0]["how"] == "time limit (0.4 min)"
+    stopped_at = record["frames"]
+    assert 0 < stopped_at < 400000
+    points = len(record["curve"])
+    # The same command continues: the checkpoint's frames, not zero.
+    second = run_study(tmp_path, arm, "--frames=400000", "--minutes=0.3")
+    assert second.returncode == 1, second.stderr[-3000:]
+    record = json.loads(path.read_text())
+    assert len(record["segments"]) == 2
+    assert len(record["curve"]) > points
+    assert record["frames"] > stopped_at
+    log = (tmp_path / "runs" / "pong.log").read_text()
+    assert "Restored" in log or "resum" in log.lower(), log[-2000:]
+    minutes = [p["minutes"] for p in record["curve"]]
+    assert minutes == sorted(minutes)
+
+    # Another commit's unfinished record: refused, nothing overwritten.
+    record["commit"] = "0" * 40
+    path.write_text(json.dumps(record))
+    text = path.read_text()
+    refused = run_study(tmp_path, arm, "--frames=400000", timeout=60)
+    assert refused.returncode == 2
+    assert refused.stderr.count("\n") == 1
+    assert f"{path}: an incomplete record of commit {'0' * 40}" in refused.stderr
+    assert path.read_text() == text
+    assert "pong.log" in os.listdir(tmp_path / "runs")
+
+
+def test_a_truncated_record_is_named_and_kept(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "pong.json").write_text('{"arm": "pong", "comm')
+    refused = run_study(tmp_path, f"--arm=pong: --level_name=atari/pong {TINY}")
+    assert refused.returncode == 2
+    assert refused.stderr.count("\n") == 1
+    assert f"{results / 'pong.json'}: not a study record" in refused.stderr
+    assert (results / "pong.json").read_text() == '{"arm": "pong", "comm'
+    assert not (tmp_path / "runs").exists()
+
+
+def test_the_atari5_study_is_the_five_games_at_40m_frames_with_the_default():
+    arms = study.STUDIES["atari5"](None)
+    assert [a.name for a in arms] == [
+        "battle_zone",
+        "double_dunk",
+        "name_this_game",
+        "phoenix",
+        "qbert",
+    ]
+    for arm in arms:
+        # Atari's default command: the level and the budget, nothing tuned.
+        assert arm.flags == (
+            f"--level_name=atari/{arm.name}",
+            "--total_environment_frames=40000000",
+        )
+    assert [a.name for a in study.STUDIES["atari3_val"](1000)] == [
+        "battle_zone",
+        "name_this_game",
+        "phoenix",
+    ]
+
+
+def test_atari5_and_atari3_val_resolve_to_their_games_with_the_atari57_scores():
+    assert environments.expand_level_names("atari5") == [
+        "atari/battle_zone",
+        "atari/double_dunk",
+        "atari/name_this_game",
+        "atari/phoenix",
+        "atari/qbert",
+    ]
+    assert environments.expand_level_names("atari3_val") == [
+        "atari/battle_zone",
+        "atari/name_this_game",
+        "atari/phoenix",
+    ]
+    # Several games, one policy: all 18 actions, as for atari57.
+    assert environments.num_actions(environments.expand_level_names("atari5")) == 18
+    # The suite's scores come from the Atari-57 table: human returns score
+    # 100 on each game, random ones 0.
+    human = {f"atari/{g}": [atari57.HUMAN_SCORES[g]] for g in atari57.SUBSETS["atari5"]}
+    assert environments.suite_scores("atari5", human) == {
+        "median": pytest.approx(100.0),
+        "mean": pytest.approx(100.0),
+    }
+    mixed = {
+        "atari/battle_zone": [atari57.RANDOM_SCORES["battle_zone"]],
+        "atari/name_this_game": [atari57.HUMAN_SCORES["name_this_game"]],
+        "atari/phoenix": [atari57.HUMAN_SCORES["phoenix"]],
+    }
+    assert environments.suite_scores("atari3_val", mixed) == {
+        "median": pytest.approx(100.0),
+        "mean": pytest.approx(200 / 3),
+    }
+    with pytest.raises(ValueError, match="Missing returns for 'name_this_game'"):
+        environments.suite_scores("atari3_val", {"atari/battle_zone": [1.0]})
+
+
+def test_a_suite_game_the_installed_ale_py_lacks_is_one_error_naming_it(monkeypatch):
+    from families import atari
+
+    games = set(atari.available_games()) - {"double_dunk"}
+    monkeypatch.setattr(atari, "available_games", lambda: games)
+    with pytest.raises(ValueError) as error:
+        environments.expand_level_names("atari5")
+    message = str(error.value)
+    assert "no ROM for double_dunk" in message
+    assert "pip install -r requirements.txt" in message
