@@ -16,6 +16,7 @@ import os
 from typing import Any
 
 from runtime.errors import FlagError
+from runtime.settings import DEFAULTS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,8 +36,8 @@ class EnvironmentConfig:
     level_name: str
     level_names: tuple[str, ...]
     num_actions: int
-    num_action_repeats: int = 4
-    timeout_secs: float = 600
+    num_action_repeats: int = DEFAULTS["num_action_repeats"]
+    timeout_secs: float = DEFAULTS["environment_timeout_secs"]
     options: Any = None
 
     @property
@@ -56,8 +57,8 @@ class AgentConfig:
     # Whether any level has language instructions (DeepMind Lab's do, Atari's
     # never): without them the agent leaves out its instruction encoder.
     use_instruction: bool
-    torso_dtype: str = "float32"
-    use_lstm: bool = True
+    torso_dtype: str = DEFAULTS["torso_dtype"]
+    use_lstm: bool = DEFAULTS["use_lstm"]
     # PopArt's value head (--popart): one normalised value per level of the
     # run; 0 = the paper's single value.
     num_values: int = 0
@@ -75,27 +76,27 @@ class LearnerConfig:
     unroll_length: int
     num_action_repeats: int
     total_environment_frames: int
-    discounting: float = 0.99
-    reward_clipping: str = "abs_one"
-    baseline_cost: float = 0.5
-    entropy_cost: float = 0.00025
-    learning_rate: float = 0.00048
-    decay: float = 0.99
-    momentum: float = 0.0
-    epsilon: float = 0.1
-    max_grad_norm: float = 0.0
+    discounting: float = DEFAULTS["discounting"]
+    reward_clipping: str = DEFAULTS["reward_clipping"]
+    baseline_cost: float = DEFAULTS["baseline_cost"]
+    entropy_cost: float = DEFAULTS["entropy_cost"]
+    learning_rate: float = DEFAULTS["learning_rate"]
+    decay: float = DEFAULTS["decay"]
+    momentum: float = DEFAULTS["momentum"]
+    epsilon: float = DEFAULTS["epsilon"]
+    max_grad_norm: float = DEFAULTS["max_grad_norm"]
     # --popart: per-level value normalisation (popart.py) over `level_names`
     # (the run's levels, whose order gives the value head's columns).
-    popart: bool = False
-    popart_beta: float = 3e-4
+    popart: bool = DEFAULTS["popart"]
+    popart_beta: float = DEFAULTS["popart_beta"]
     level_names: tuple[str, ...] = ()
-    optimizer: str = "rmsprop"
+    optimizer: str = DEFAULTS["optimizer"]
     # Frames over which the learning rate decays linearly to 0; 0 means
     # total_environment_frames (the paper's schedule).
-    learning_rate_decay_frames: int = 0
+    learning_rate_decay_frames: int = DEFAULTS["learning_rate_decay_frames"]
     # --num_learners: towers, each on its own device with its own queue and
     # batch of batch_size unrolls, whose summed gradients make one update.
-    num_learners: int = 1
+    num_learners: int = DEFAULTS["num_learners"]
 
     @property
     def decay_frames(self) -> int:
@@ -117,27 +118,27 @@ class RunConfig:
     """What a run does around the model: where it writes, how many actors,
     checkpoints, test mode."""
 
-    mode: str = "train"
-    logdir: str = "/tmp/agent"
-    num_actors: int = 4
+    mode: str = DEFAULTS["mode"]
+    logdir: str = DEFAULTS["logdir"]
+    num_actors: int = DEFAULTS["num_actors"]
     # --envs_per_actor: environments one actor steps together (K).
-    envs_per_actor: int = 1
+    envs_per_actor: int = DEFAULTS["envs_per_actor"]
     # --envs_per_process: of those, how many share one process (M).
-    envs_per_process: int = 1
-    seed: int = 1
-    save_checkpoint_secs: int = 600
+    envs_per_process: int = DEFAULTS["envs_per_process"]
+    seed: int = DEFAULTS["seed"]
+    save_checkpoint_secs: int = DEFAULTS["save_checkpoint_secs"]
     # --progress_secs: seconds between the learner's progress lines (frames,
     # frames/s, ETA, mean return).
-    progress_secs: int = 10
+    progress_secs: int = DEFAULTS["progress_secs"]
     # --dynamic_batching: batch the actors' inference calls (batcher.cc).
-    dynamic_batching: bool = True
-    test_num_episodes: int = 10
+    dynamic_batching: bool = DEFAULTS["dynamic_batching"]
+    test_num_episodes: int = DEFAULTS["test_num_episodes"]
     # --test_video_dir: where test mode writes a GIF per level; '' = none.
-    test_video_dir: str = ""
+    test_video_dir: str = DEFAULTS["test_video_dir"]
     # --stalled_learner_warning_secs: how long one learner task's queue may
     # stay empty while the others' are full before the chief says which
     # actor tasks it lacks (cluster/learner_task.py, StallWatch); 0 = never.
-    stalled_learner_warning_secs: float = 60
+    stalled_learner_warning_secs: float = DEFAULTS["stalled_learner_warning_secs"]
     # Settings the project chose for this run, each with why (a family's
     # throughput defaults, --torso_dtype=auto): the first log line says them.
     choices: tuple[str, ...] = ()
@@ -415,7 +416,18 @@ def fill_family_defaults(f, defaults: FamilyDefaults) -> FamilyDefaults:
     set, which is what the first line names."""
     applied = {}
     for name, value in defaults.values.items():
-        if not f[name].present:
-            f[name].parse(value)
-            applied[name] = value
+        if f[name].present:
+            continue
+        if (
+            name == "envs_per_process"
+            and f["envs_per_actor"].present
+            and f.envs_per_actor % int(value)
+        ):
+            # A default that depends on a flag the user gave follows it: the
+            # most environments a process that divides --envs_per_actor.
+            value = str(
+                max(d for d in range(1, int(value) + 1) if f.envs_per_actor % d == 0)
+            )
+        f[name].parse(value)
+        applied[name] = value
     return dataclasses.replace(defaults, values=applied)

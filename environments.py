@@ -39,6 +39,7 @@ from families.contract import (
     StepOutputInfo,
     UnknownLevelError,
 )
+from runtime.settings import DEFAULTS
 
 __all__ = [
     "EnvironmentFamily",
@@ -228,7 +229,7 @@ def family_of(level_name: str) -> EnvironmentFamily:
 # experiment.py's default level, and what it falls back to where its family's
 # library is not installed (which then trains with Atari's defaults, the
 # tested Pong command: EnvironmentFamily.default_flagfiles).
-DEFAULT_LEVEL = "explore_goal_locations_small"
+DEFAULT_LEVEL = DEFAULTS["level_name"]
 FALLBACK_LEVEL = "atari/pong"
 
 

@@ -44,144 +44,38 @@ from evaluation import checkpoint_agent, test_mode
 from families.contract import FamilyFlag
 from learner.loss import REWARD_CLIPPINGS
 from learner.update import OPTIMIZERS
-from runtime import checkpoints, sessions
+from runtime import checkpoints, run_record, sessions, settings
 from runtime.errors import FlagError, TrainingError
 from runtime.shutdown import ShutdownRequest
 from single_machine import training
 
 # -- flags ---------------------------------------------------------------------
 
-flags.DEFINE_string("logdir", "/tmp/agent", "Directory for checkpoints and logs.")
-flags.DEFINE_enum("mode", "train", ["train", "test"], "Training or test mode.")
-flags.DEFINE_integer("test_num_episodes", 10, "Number of episodes per level (test).")
-flags.DEFINE_string(
-    "test_video_dir",
-    "",
-    "Test mode: write the first episode of each level there as an animated GIF "
-    "named <level>_return<return>.gif; empty writes none.",
-)
-
-# Cluster: task -1 is single-machine training (actors are threads here).
-flags.DEFINE_enum("job_name", "learner", ["learner", "actor"], "Job name.")
-flags.DEFINE_integer("task", -1, "Task id; -1 for single-machine training.")
-flags.DEFINE_string("learner_host", "localhost:8000", "Learner task host:port(s).")
-flags.DEFINE_string(
-    "actor_hosts", "", "Comma-separated actor addresses; default localhost:8001+i."
-)
-
-# Training.
-flags.DEFINE_integer(
-    "total_environment_frames", int(1e9), "Total environment frames to train for."
-)
-flags.DEFINE_integer("num_actors", 4, "Number of actors.")
-flags.DEFINE_integer(
-    "envs_per_actor",
-    1,
-    "Environments each actor steps together (each in its own process), with "
-    "one inference call for all of them; 1 is the paper's actor.",
-)
-flags.DEFINE_integer(
-    "envs_per_process",
-    1,
-    "How many of an actor's --envs_per_actor environments share one process, "
-    "stepped in turn in one call (a divisor of --envs_per_actor); 1 gives "
-    "each environment its own process.",
-)
-flags.DEFINE_integer("batch_size", 2, "Batch size (unrolls per learner step).")
-flags.DEFINE_integer(
-    "stalled_learner_warning_secs",
-    60,
-    "A cluster of learner tasks: seconds one may wait for unrolls while the "
-    "others' queues are full before the chief names its actor tasks; 0 = never.",
-)
-flags.DEFINE_integer(
-    "num_learners",
-    1,
-    "Learners updating synchronously, each with its own queue, batch of "
-    "--batch_size unrolls and tower (a GPU each on one machine); their summed "
-    "gradients make one update. Actor j feeds learner j mod N.",
-)
-flags.DEFINE_integer("unroll_length", 100, "Unroll length in agent steps.")
-flags.DEFINE_integer("num_action_repeats", 4, "Environment frames per agent step.")
-flags.DEFINE_integer("seed", 1, "Random seed.")
-flags.DEFINE_enum("agent", "deep", list(agent_lib.TORSOS), "Agent network torso.")
-flags.DEFINE_bool(
-    "use_lstm", True, "The agent's LSTM core; false: the heads read its inputs."
-)
-flags.DEFINE_enum(
-    "torso_dtype",
-    "float32",
-    [*agent_lib.TORSO_DTYPES, cpu_features.TORSO_DTYPE_AUTO],
-    "What the torso's convolutions compute in (its weights stay float32); "
-    "auto: bfloat16 where the CPU computes it natively, else float32.",
-)
-flags.DEFINE_bool(
-    "dynamic_batching",
-    True,
-    "Batch the actors' inference calls into one forward pass (the dynamic "
-    "batching op); false runs the agent once per actor step, unbatched.",
-)
-
-# Loss.
-flags.DEFINE_float("entropy_cost", 0.00025, "Entropy cost/multiplier.")
-flags.DEFINE_float("baseline_cost", 0.5, "Baseline cost/multiplier.")
-flags.DEFINE_float("discounting", 0.99, "Discounting factor.")
-flags.DEFINE_enum(
-    "reward_clipping",
-    "abs_one",
-    list(REWARD_CLIPPINGS),
-    "Reward clipping (none: rewards as they are, what --popart is for).",
-)
-flags.DEFINE_bool("popart", False, "PopArt value normalisation per level (popart.py).")
-flags.DEFINE_float("popart_beta", 3e-4, "PopArt statistics' decay per learner step.")
-
-# Environment.
-flags.DEFINE_string(
-    "level_name",
-    environments.DEFAULT_LEVEL,
-    "Level: a DeepMind Lab level, 'dmlab30', 'atari/<game>', 'atari57', "
-    "'vizdoom/<scenario>' or 'vizdoom' (single-machine training of an Atari or "
-    "ViZDoom level takes its family's tested flag file for the flags not "
-    "given, docs/flags.md). The default falls back to atari/pong without "
-    "DeepMind Lab.",
-)
-
-# Optimizer.
-flags.DEFINE_float("learning_rate", 0.00048, "Learning rate.")
-flags.DEFINE_integer(
-    "learning_rate_decay_frames",
-    0,
-    "Environment frames over which the learning rate decays linearly to 0 "
-    "(and stays 0 after); 0 means --total_environment_frames.",
-)
-flags.DEFINE_enum("optimizer", "rmsprop", list(OPTIMIZERS), "Optimizer.")
-flags.DEFINE_float("decay", 0.99, "RMSProp optimizer decay.")
-flags.DEFINE_float("momentum", 0.0, "RMSProp momentum.")
-flags.DEFINE_float("epsilon", 0.1, "Epsilon (in RMSProp's square root).")
-flags.DEFINE_float(
-    "max_grad_norm",
-    0.0,
-    "Clip gradients to this global norm; 0 turns clipping off (the paper's "
-    "Atari runs used 40).",
-)
-
-# Checkpoints and fault handling.
-flags.DEFINE_integer(
-    "save_checkpoint_secs",
-    600,
-    "Seconds between checkpoints; one is also written when training starts, "
-    "when it ends and on SIGINT/SIGTERM.",
-)
-flags.DEFINE_integer("progress_secs", 10, "Seconds between progress lines.")
-flags.DEFINE_integer(
-    "environment_timeout_secs",
-    600,
-    "Seconds an environment process may take to answer one call (a step, or "
-    "the first observation of a level, which DeepMind Lab may need minutes to "
-    "compile) before it is taken for hung, killed and restarted; 0 = no limit.",
-)
+# Every flag is a setting declared once in runtime/settings.py (its default, help
+# and section); the choices of these come from the modules that own them.
+CHOICES = {
+    "agent": list(agent_lib.TORSOS),
+    "torso_dtype": [*agent_lib.TORSO_DTYPES, cpu_features.TORSO_DTYPE_AUTO],
+    "reward_clipping": list(REWARD_CLIPPINGS),
+    "optimizer": list(OPTIMIZERS),
+}
+for _setting in settings.SETTINGS:
+    if _setting.choices is not None:
+        flags.DEFINE_enum(
+            _setting.name,
+            _setting.default,
+            list(_setting.choices) or CHOICES[_setting.name],
+            _setting.help,
+        )
+    else:
+        _kind = {bool: "bool", int: "integer", float: "float", str: "string"}
+        getattr(flags, f"DEFINE_{_kind[type(_setting.default)]}")(
+            _setting.name, _setting.default, _setting.help
+        )
 
 FLAGS = flags.FLAGS
+# The command line of this run (argv[0] first), for its record's sources.
+_ARGV: list[str] = list(sys.argv)
 
 # Each family's own flags (DeepMind Lab's --width, --height, --dataset_path,
 # --level_cache_dir, ...): declared by the family, defined here.
@@ -218,11 +112,14 @@ def validate_flags(f, family_defaults: config_lib.FamilyDefaults | None = None) 
 
 
 def apply_family_defaults(f: flags.FlagValues) -> config_lib.FamilyDefaults | None:
-    """Single-machine training: the values of the level's family's tested
-    flag file (config.family_defaults) fill the flags not given; returns
-    those it set, or None (test mode, a cluster task, a family without a
-    file, a level name that config_from_flags will reject)."""
-    if f.mode != "train" or f.task >= 0 or "TF_CONFIG" in os.environ:
+    """Training, on one machine or as a cluster's task: the values of the
+    level's family's tested flag file (config.family_defaults) fill the
+    flags not given, so that a level is the same experiment whichever way
+    it starts; returns those it set, or None (test mode, which reads the
+    run's record or checkpoint instead; a family without a file; a level
+    name that config_from_flags will reject). A cluster's number of actors
+    is its own (its actor tasks), not the file's."""
+    if f.mode != "train":
         return None
     try:
         level_name, level_names, _ = environments.resolve_levels(
@@ -233,7 +130,54 @@ def apply_family_defaults(f: flags.FlagValues) -> config_lib.FamilyDefaults | No
     agent = f.agent if f["agent"].present else None
     family = environments.family_of(level_name)
     defaults = config_lib.family_defaults(family, agent, len(level_names))
+    if defaults and is_cluster_task(f):
+        values = {k: v for k, v in defaults.values.items() if k != "num_actors"}
+        defaults = dataclasses.replace(defaults, values=values)
     return defaults and config_lib.fill_family_defaults(f, defaults)
+
+
+def is_cluster_task(f: flags.FlagValues) -> bool:
+    return "TF_CONFIG" in os.environ or any(
+        f[name].present for name in ("job_name", "learner_host", "actor_hosts")
+    )
+
+
+def experiment_flag_names(f: flags.FlagValues = FLAGS) -> list[str]:
+    """The settings a run records: this script's flags and the families'."""
+    names = set(_family_flags)
+    for module, module_flags in f.flags_by_module_dict().items():
+        if os.path.basename(module).removesuffix(".py") in ("experiment", "__main__"):
+            names.update(flag.name for flag in module_flags)
+    return sorted(name for name in names if name in f)
+
+
+def restore_from_record(f: flags.FlagValues) -> tuple[dict | None, dict]:
+    """The logdir's run record (None without one) and the settings taken
+    from it: every flag not given, except this process's own."""
+    record = run_record.read(f.logdir)
+    return record, run_record.restore(f, record, experiment_flag_names(f))
+
+
+def resolved_settings(
+    f: flags.FlagValues,
+    config: Config,
+    family_defaults: config_lib.FamilyDefaults | None,
+    restored: dict,
+) -> dict[str, dict]:
+    """Every setting with its source (run_record.resolve_settings); the
+    level as resolved (the default's fallback where DeepMind Lab is absent)."""
+    tf_config = ("job_name", "task") if "TF_CONFIG" in os.environ else ()
+    settings = run_record.resolve_settings(
+        f,
+        experiment_flag_names(f),
+        _ARGV,
+        family_defaults.values if family_defaults else {},
+        family_defaults.flagfile if family_defaults else "",
+        restored,
+        tf_config,
+    )
+    settings["level_name"]["value"] = config.environment.level_name
+    return settings
 
 
 def config_from_flags(
@@ -257,9 +201,7 @@ def config_from_flags(
         logging.warning(warning)
     family = environments.family_of(level_name)
     torso, use_lstm, num_values = agent_settings(f, len(level_names))
-    cluster_task = "TF_CONFIG" in os.environ or any(
-        f[name].present for name in ("job_name", "learner_host", "actor_hosts")
-    )
+    cluster_task = is_cluster_task(f)
     choices = [family_defaults.describe()] if family_defaults else []
     if problem := family.envs_per_process_problem(f.envs_per_process, level_name):
         raise FlagError(problem)
@@ -363,11 +305,17 @@ def run_training(
     config: Config,
     cluster_config: spec.ClusterConfig | None,
     shutdown: ShutdownRequest,
+    record: dict | None = None,
 ) -> None:
-    """--mode=train: single-machine training, or this task of a cluster."""
+    """--mode=train: single-machine training, or this task of a cluster.
+    `record`: the run record that single-machine training and the chief
+    write to --logdir before the first update (run_record)."""
     if cluster_config is None or cluster_config.is_chief:
         # Only the chief writes to --logdir: fail now, not at the first save.
         checkpoints.ensure_logdir(config.run.logdir)
+        if record is not None:
+            run_record.write(config.run.logdir, record)
+            run_record.write_hparams(config.run.logdir, record["settings"])
     if cluster_config is None:
         training.train(config, shutdown)
         return
@@ -386,20 +334,37 @@ def run_mode(f: flags.FlagValues = FLAGS) -> int:
     """Runs --mode with the parsed flags `f`; returns the exit code."""
     shutdown = ShutdownRequest()
     try:
+        # Given > the logdir's run record > the family's flag file > the
+        # declared default.
+        old_record, restored = restore_from_record(f)
         family_defaults = apply_family_defaults(f)
         validate_flags(f, family_defaults)
         config = config_from_flags(f, family_defaults)
+        settings = resolved_settings(f, config, family_defaults, restored)
+        if differences := run_record.fixed_differences(old_record, settings):
+            raise FlagError("\n".join(differences))
+        if f.print_config:
+            print(run_record.describe(settings))
+            return 0
         if config.run.mode == "test":
             test_mode.test(config)
         else:
             cluster_config = cluster_config_from_flags(f)
+            record = (
+                run_record.resumed_record(old_record, settings, _ARGV)
+                if old_record
+                else run_record.new_record(settings, _ARGV, config.agent.torso_dtype)
+            )
             with shutdown.handling_signals():
-                run_training(config, cluster_config, shutdown)
+                run_training(config, cluster_config, shutdown, record)
     except (FlagError, TrainingError) as e:
         # One line, no traceback, and the error's exit code: 2 for the
         # command line; 1 when training cannot go on (an environment given
         # up on, a NaN/Inf update, checkpoints that do not restore).
-        print(f"experiment.py: error: {e}", file=sys.stderr)
+        # Several problems (a resume's differences from its record): a
+        # line each.
+        for line in str(e).splitlines():
+            print(f"experiment.py: error: {line}", file=sys.stderr)
         return e.exit_code
     except py_process.PyProcessError as e:
         # An environment that cannot even start (e.g. a bad level or path):
@@ -422,6 +387,7 @@ def parse_flags(argv: list[str]) -> flags.FlagValues:
     define_family_flags()
     FLAGS.unparse_flags()
     FLAGS(argv)
+    _ARGV[:] = argv
     return FLAGS
 
 
@@ -437,6 +403,7 @@ def main(argv) -> None:
 
 def parse_command_line(argv: list[str]) -> list[str]:
     define_family_flags()  # also those of families registered since import
+    _ARGV[:] = argv
     return app.parse_flags_with_usage(argv)
 
 

@@ -367,10 +367,30 @@ class Launcher:
                 _say(f"{task.name} (pid {task.process.pid}) did not die after SIGKILL")
         self._reap()
 
+    def cluster_args(self) -> list[str]:
+        learner_host, actor_hosts = self._addresses()
+        return [
+            f"--learner_host={learner_host}",
+            f"--actor_hosts={actor_hosts}",
+            f"--num_actors={FLAGS.num_actors}",
+            f"--num_learners={FLAGS.num_learners}",
+            f"--logdir={FLAGS.logdir}",
+        ]
+
+    def print_config(self) -> int:
+        """--print_config: the chief's resolved settings (every task of the
+        cluster resolves the same), printed by its command in the
+        foreground; no task starts and nothing is written."""
+        env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+        command = [FLAGS.python, FLAGS.program, "--job_name=learner", "--task=0"]
+        return subprocess.run(
+            [*command, *self.cluster_args(), *self.forwarded], env=env
+        ).returncode
+
     def run(self) -> int:
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(signum, self._on_signal)
-        learner_host, actor_hosts = self._addresses()
+        cluster_args = self.cluster_args()
         os.makedirs(os.path.join(FLAGS.logdir, "logs"), exist_ok=True)
         env = dict(os.environ)
         if env.pop("TF_CONFIG", None):
@@ -379,13 +399,6 @@ class Launcher:
                 "their cluster with flags)"
             )
         env["PYTHONUNBUFFERED"] = "1"
-        cluster_args = [
-            f"--learner_host={learner_host}",
-            f"--actor_hosts={actor_hosts}",
-            f"--num_actors={FLAGS.num_actors}",
-            f"--num_learners={FLAGS.num_learners}",
-            f"--logdir={FLAGS.logdir}",
-        ]
         try:
             learner = self._start("learner", 0, cluster_args, env)
             for k in range(1, FLAGS.num_learners):
@@ -398,8 +411,8 @@ class Launcher:
                 f"..learner_{FLAGS.num_learners - 1}" if FLAGS.num_learners > 1 else ""
             )
             _say(
-                f"learner at {learner_host}, {FLAGS.num_actors} actor(s) at "
-                f"{actor_hosts}; program {FLAGS.program}"
+                f"learner at {cluster_args[0].split('=', 1)[1]}, {FLAGS.num_actors} "
+                f"actor(s) at {cluster_args[1].split('=', 1)[1]}; program {FLAGS.program}"
             )
             _say(
                 f"logs: {os.path.join(FLAGS.logdir, 'logs')}/"
@@ -486,7 +499,11 @@ def main(argv: list[str]) -> None:
     forwarded = argv[1:]
     try:
         _check_args(forwarded)
-        code = Launcher(forwarded).run()
+        launcher = Launcher(forwarded)
+        if {"--print_config", "--print_config=true"} & set(forwarded):
+            code = launcher.print_config()
+        else:
+            code = launcher.run()
     except ValueError as e:  # Bad flags or addresses, port in use: one line.
         print(f"launch.py: error: {e}", file=sys.stderr, flush=True)
         code = 2

@@ -71,6 +71,10 @@ class _Saver(tf.compat.v1.train.Saver):
         self._uninitialized = tf.compat.v1.report_uninitialized_variables(
             tf.compat.v1.global_variables()
         )
+        # Run only when a session is recreated: marked used, so that a run
+        # that never recreates one does not end with TensorFlow's
+        # error-level "Object was never used" block about it.
+        self._uninitialized.mark_used()
         # The learner's global step counts environment frames.
         self._frames = tf.compat.v1.train.get_global_step()
 

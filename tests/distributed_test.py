@@ -52,6 +52,9 @@ KILLED_AT_START_SCRIPT = os.path.join(REPO, "tests", "train_with_killed_at_start
 SMALL = [
     "--level_name=atari/pong",
     "--agent=shallow",
+    # One environment an actor task: Atari's defaults (its flag file, which
+    # cluster tasks take as single-machine runs do) would give each 32.
+    "--envs_per_actor=1",
     "--batch_size=2",
     "--unroll_length=20",
 ]

@@ -4,10 +4,11 @@ family's tested flag file for every flag it does not set, through the real
 config path (experiment.apply_family_defaults, validate_flags,
 config_from_flags); a flag on the command line or in a --flagfile wins over
 each one; suites and lists get the file's frame target per level; the first
-log line names the family, its file and the target. DeepMind Lab, a family
-without a file, test mode and cluster tasks keep the flags' own defaults (the
-reference's). A default that a given flag contradicts is one flag error that
-names both."""
+log line names the family, its file and the target. Cluster tasks (flags or
+TF_CONFIG) take the same file but for the number of actors (the cluster's).
+DeepMind Lab, a family without a file and test mode keep the flags' own
+defaults (the reference's). A default that depends on a given flag follows it;
+two given flags that contradict each other are one flag error."""
 
 from __future__ import annotations
 
@@ -200,27 +201,54 @@ def test_a_family_without_a_flag_file_keeps_the_flags_defaults(monkeypatch):
     assert "defaults from" not in config.summary()
 
 
-def test_test_mode_and_cluster_tasks_keep_the_flags_defaults(tmp_path, monkeypatch):
+def test_test_mode_keeps_the_flags_defaults_and_cluster_tasks_take_the_file(
+    tmp_path, monkeypatch
+):
     test = config_for("--mode=test", "--level_name=atari/pong", f"--logdir={tmp_path}")
     assert layout_of(test) == FLAG_DEFAULTS
+    file_layout = dict(
+        num_actors=4,
+        envs_per_actor=32,
+        envs_per_process=32,
+        batch_size=8,
+        unroll_length=80,
+    )
+    single = config_for("--level_name=atari/pong")
+    assert layout_of(single) == file_layout
     task = config_for("--level_name=atari/pong", "--job_name=actor", "--task=0")
-    assert layout_of(task) == FLAG_DEFAULTS
+    # The same experiment as on one machine; its actors are the cluster's.
+    assert layout_of(task) == file_layout
+    assert task.learner == single.learner and task.agent == single.agent
+    assert f"Atari's defaults from {ATARI}" in task.summary()
+    assert "--num_actors" not in task.summary().split("defaults from", 1)[1]
     monkeypatch.setenv(
         "TF_CONFIG",
         '{"cluster": {"learner": ["localhost:1"], "actor": ["localhost:2"]}, '
         '"task": {"type": "learner", "index": 0}}',
     )
-    task = config_for("--level_name=atari/pong", "--agent=shallow")
-    assert layout_of(task) == FLAG_DEFAULTS
-    assert "defaults from" not in task.summary()
+    task = config_for("--level_name=atari/pong")
+    assert layout_of(task) == file_layout
+    assert task.learner == single.learner and task.agent == single.agent
 
 
-def test_a_default_that_a_given_flag_contradicts_is_one_error_naming_both(tmp_path):
+@pytest.mark.parametrize(
+    "given,envs_per_process", [(1, 1), (4, 4), (48, 24), (64, 32), (33, 11)]
+)
+def test_a_default_that_depends_on_a_given_flag_follows_it(given, envs_per_process):
+    """--envs_per_actor alone: the file's 32 environments a process become
+    the most that divide it."""
+    config = config_for("--level_name=atari/breakout", f"--envs_per_actor={given}")
+    assert config.run.envs_per_actor == given
+    assert config.run.envs_per_process == envs_per_process
+
+
+def test_two_given_flags_that_contradict_each_other_are_one_error(tmp_path):
     f = experiment.parse_flags(
         [
             "experiment.py",
             "--level_name=atari/breakout",
             "--envs_per_actor=4",
+            "--envs_per_process=3",
             f"--logdir={tmp_path / 'run'}",
         ]
     )
@@ -228,13 +256,9 @@ def test_a_default_that_a_given_flag_contradicts_is_one_error_naming_both(tmp_pa
     with pytest.raises(FlagError) as e:
         experiment.validate_flags(f, defaults)
     message = str(e.value)
-    assert message.startswith(f"--envs_per_process=32 (from {ATARI}, the level's")
-    assert "--envs_per_actor=4" in message and "use 1 or a divisor" in message
+    assert message.startswith("--envs_per_process=3: must divide --envs_per_actor=4")
     assert "\n" not in message
-    experiment.parse_flags(
-        ["experiment.py", "--level_name=atari/breakout", "--envs_per_actor=4"]
-    )
-    assert experiment.run_mode(experiment.FLAGS) == 2
+    assert experiment.run_mode(f) == 2
     assert not os.path.exists(tmp_path / "run")
 
 

@@ -37,6 +37,9 @@ pytestmark = [
 SMALL = [
     "--level_name=atari/pong",
     "--agent=shallow",
+    # One environment an actor task: Atari's defaults (its flag file, which
+    # cluster tasks take as single-machine runs do) would give each 32.
+    "--envs_per_actor=1",
     "--batch_size=2",
     "--unroll_length=20",
 ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import glob
 import json
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -182,15 +183,25 @@ def test_learner_config_defaults_leave_popart_off():
 
 
 @pytest.mark.slow
-def test_resuming_a_popart_run_without_popart_names_the_flag(trained):
+def test_resuming_a_popart_run_with_popart_off_names_the_flag(trained):
+    """Without the flag a resume takes --popart from the run's record; given
+    off, it is refused before anything is built, the record kept."""
     logdir, _ = trained
     plain = [flag for flag in RUN if not flag.startswith("--popart")]
+    record = (Path(logdir) / "run_record.json").read_text()
     result = run_experiment(
-        *plain, "--total_environment_frames=10000000", f"--logdir={logdir}"
+        *plain,
+        "--popart=false",
+        "--total_environment_frames=10000000",
+        f"--logdir={logdir}",
     )
     assert result.returncode == 2, result.stderr[-3000:]
-    assert "its checkpoint was trained with --popart" in result.stderr
-    assert "Add --popart to resume it" in result.stderr
+    assert (
+        "--popart=false: the run in this --logdir was trained with --popart=true"
+        in result.stderr
+    )
+    assert "drop the flag to keep the run's" in result.stderr
+    assert (Path(logdir) / "run_record.json").read_text() == record
 
 
 @pytest.mark.parametrize("suite,num_levels", [("atari57", 57), ("dmlab30", 30)])

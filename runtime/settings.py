@@ -1,0 +1,311 @@
+"""Every setting of a run, declared once: name, default, help, the config
+section it belongs to and its choices. experiment.py defines its flags from
+SETTINGS, and config.py's dataclasses take their defaults from DEFAULTS, so a
+default is written in one place; a family's flag file overrides some of them
+for its levels (config.family_defaults). No TensorFlow here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One setting of a run, declared once.
+
+    name: experiment.py's flag (--name) and the config field of that name
+      (`EnvironmentConfig.timeout_secs` is --environment_timeout_secs).
+    default: its declared default (a family's flag file may override it for
+      that family's levels: `family_defaults`); its type is the flag's.
+    help: the flag's help.
+    section: the config it belongs to ("run", "environment", "agent",
+      "learner"), "cluster" (cluster.ClusterConfig) or "process" (what this
+      process does, not the run: --print_config).
+    choices: for a choice among names, the names; () where experiment.py
+      gives them from the module that owns them (the agent's torsos, the
+      optimisers, the reward clippings); None for any value of the type.
+    """
+
+    name: str
+    default: bool | int | float | str
+    help: str
+    section: str
+    choices: tuple[str, ...] | None = None
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "logdir",
+        "/tmp/agent",
+        "Directory for checkpoints and logs.",
+        "run",
+    ),
+    Setting(
+        "mode",
+        "train",
+        "Training or test mode.",
+        "run",
+        choices=("train", "test"),
+    ),
+    Setting(
+        "test_num_episodes",
+        10,
+        "Number of episodes per level (test).",
+        "run",
+    ),
+    Setting(
+        "test_video_dir",
+        "",
+        "Test mode: write the first episode of each level there as an "
+        "animated GIF named <level>_return<return>.gif; empty writes none.",
+        "run",
+    ),
+    Setting(
+        "job_name",
+        "learner",
+        "Job name.",
+        "cluster",
+        choices=("learner", "actor"),
+    ),
+    Setting(
+        "task",
+        -1,
+        "Task id; -1 for single-machine training.",
+        "cluster",
+    ),
+    Setting(
+        "learner_host",
+        "localhost:8000",
+        "Learner task host:port(s).",
+        "cluster",
+    ),
+    Setting(
+        "actor_hosts",
+        "",
+        "Comma-separated actor addresses; default localhost:8001+i.",
+        "cluster",
+    ),
+    Setting(
+        "total_environment_frames",
+        1000000000,
+        "Total environment frames to train for.",
+        "learner",
+    ),
+    Setting(
+        "num_actors",
+        4,
+        "Number of actors.",
+        "run",
+    ),
+    Setting(
+        "envs_per_actor",
+        1,
+        "Environments each actor steps together (each in its own process), "
+        "with one inference call for all of them; 1 is the paper's actor.",
+        "run",
+    ),
+    Setting(
+        "envs_per_process",
+        1,
+        "How many of an actor's --envs_per_actor environments share one "
+        "process, stepped in turn in one call (a divisor of "
+        "--envs_per_actor); 1 gives each environment its own process.",
+        "run",
+    ),
+    Setting(
+        "batch_size",
+        2,
+        "Batch size (unrolls per learner step).",
+        "learner",
+    ),
+    Setting(
+        "stalled_learner_warning_secs",
+        60,
+        "A cluster of learner tasks: seconds one may wait for unrolls while "
+        "the others' queues are full before the chief names its actor tasks; "
+        "0 = never.",
+        "run",
+    ),
+    Setting(
+        "num_learners",
+        1,
+        "Learners updating synchronously, each with its own queue, batch of "
+        "--batch_size unrolls and tower (a GPU each on one machine); their "
+        "summed gradients make one update. Actor j feeds learner j mod N.",
+        "learner",
+    ),
+    Setting(
+        "unroll_length",
+        100,
+        "Unroll length in agent steps.",
+        "learner",
+    ),
+    Setting(
+        "num_action_repeats",
+        4,
+        "Environment frames per agent step.",
+        "environment",
+    ),
+    Setting(
+        "seed",
+        1,
+        "Random seed.",
+        "run",
+    ),
+    Setting(
+        "agent",
+        "deep",
+        "Agent network torso.",
+        "agent",
+        choices=(),
+    ),
+    Setting(
+        "use_lstm",
+        True,
+        "The agent's LSTM core; false: the heads read its inputs.",
+        "agent",
+    ),
+    Setting(
+        "torso_dtype",
+        "float32",
+        "<float32|bfloat16|auto>: What the torso's convolutions compute in "
+        "(its weights stay float32); auto: bfloat16 where the CPU computes it"
+        " natively, else float32.",
+        "agent",
+        choices=(),
+    ),
+    Setting(
+        "dynamic_batching",
+        True,
+        "Batch the actors' inference calls into one forward pass (the dynamic"
+        " batching op); false runs the agent once per actor step, unbatched.",
+        "run",
+    ),
+    Setting(
+        "entropy_cost",
+        0.00025,
+        "Entropy cost/multiplier.",
+        "learner",
+    ),
+    Setting(
+        "baseline_cost",
+        0.5,
+        "Baseline cost/multiplier.",
+        "learner",
+    ),
+    Setting(
+        "discounting",
+        0.99,
+        "Discounting factor.",
+        "learner",
+    ),
+    Setting(
+        "reward_clipping",
+        "abs_one",
+        "Reward clipping (none: rewards as they are, what --popart is for).",
+        "learner",
+        choices=(),
+    ),
+    Setting(
+        "popart",
+        False,
+        "PopArt value normalisation per level (popart.py).",
+        "learner",
+    ),
+    Setting(
+        "popart_beta",
+        0.0003,
+        "PopArt statistics' decay per learner step.",
+        "learner",
+    ),
+    Setting(
+        "level_name",
+        "explore_goal_locations_small",
+        "Level: a DeepMind Lab level, 'dmlab30', 'atari/<game>', 'atari57', "
+        "'vizdoom/<scenario>' or 'vizdoom' (single-machine training of an "
+        "Atari or ViZDoom level takes its family's tested flag file for the "
+        "flags not given, docs/flags.md). The default falls back to "
+        "atari/pong without DeepMind Lab.",
+        "environment",
+    ),
+    Setting(
+        "learning_rate",
+        0.00048,
+        "Learning rate.",
+        "learner",
+    ),
+    Setting(
+        "learning_rate_decay_frames",
+        0,
+        "Environment frames over which the learning rate decays linearly to 0"
+        " (and stays 0 after); 0 means --total_environment_frames.",
+        "learner",
+    ),
+    Setting(
+        "optimizer",
+        "rmsprop",
+        "Optimizer.",
+        "learner",
+        choices=(),
+    ),
+    Setting(
+        "decay",
+        0.99,
+        "RMSProp optimizer decay.",
+        "learner",
+    ),
+    Setting(
+        "momentum",
+        0.0,
+        "RMSProp momentum.",
+        "learner",
+    ),
+    Setting(
+        "epsilon",
+        0.1,
+        "Epsilon (in RMSProp's square root).",
+        "learner",
+    ),
+    Setting(
+        "max_grad_norm",
+        0.0,
+        "Clip gradients to this global norm; 0 turns clipping off (the "
+        "paper's Atari runs used 40).",
+        "learner",
+    ),
+    Setting(
+        "save_checkpoint_secs",
+        600,
+        "Seconds between checkpoints; one is also written when training "
+        "starts, when it ends and on SIGINT/SIGTERM.",
+        "run",
+    ),
+    Setting(
+        "progress_secs",
+        10,
+        "Seconds between progress lines.",
+        "run",
+    ),
+    Setting(
+        "print_config",
+        False,
+        "Print the resolved settings with where each comes from (default, the"
+        " family's flag file, --flagfile, command line, TF_CONFIG, the "
+        "logdir's run record) and exit, writing nothing.",
+        "process",
+    ),
+    Setting(
+        "environment_timeout_secs",
+        600,
+        "Seconds an environment process may take to answer one call (a step, "
+        "or the first observation of a level, which DeepMind Lab may need "
+        "minutes to compile) before it is taken for hung, killed and "
+        "restarted; 0 = no limit.",
+        "environment",
+    ),
+)
+
+# name -> declared default; the config dataclasses' defaults read it.
+DEFAULTS: dict[str, Any] = {setting.name: setting.default for setting in SETTINGS}
