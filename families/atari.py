@@ -398,14 +398,14 @@ class AtariFamily(EnvironmentFamily):
         """The game's minimal action set for one game; all 18 actions when
         several games share one policy."""
         level_names = list(level_names)
-        if set(SUITES) & set(level_names) or full_action_space(level_names):
+        if set(SUITES) & set(level_names) or shares_one_policy(level_names):
             return NUM_FULL_ACTIONS
         return num_actions(level_names[0][len(LEVEL_PREFIX) :])
 
     def run_options(self, environment, is_test: bool) -> dict[str, Any]:
         return {
             "num_action_repeats": environment.num_action_repeats,
-            "full_action_space": full_action_space(environment.level_names),
+            "full_action_space": shares_one_policy(environment.level_names),
             # Training ends an "episode" at each lost life (the usual
             # DQN/IMPALA setup); test mode always plays whole games.
             "episode_life": not is_test,
@@ -450,7 +450,7 @@ class AtariFamily(EnvironmentFamily):
         return atari57.human_normalized_score(level, returns)
 
 
-def full_action_space(level_names) -> bool:
+def shares_one_policy(level_names) -> bool:
     """Several games share one policy over all 18 actions."""
     return len(set(level_names)) > 1
 

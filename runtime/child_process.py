@@ -80,6 +80,12 @@ from typing import Any
 
 from runtime import child_main
 from runtime.child_wire import PICKLE_PROTOCOL, POLL_INTERVAL_S, CutShort, read_message
+from runtime.errors import (  # the children's errors, re-exported here
+    PyProcessDiedError,
+    PyProcessError,
+    PyProcessRemoteError,
+    killed_by_signal,
+)
 
 __all__ = [
     "ChildProcess",
@@ -104,39 +110,6 @@ _CLOSE_WAIT_FOR_CALL_S = 5.0
 # After a child reported a method error or closed its pipe, how long to wait for it
 # to exit by itself before killing it.
 _EXIT_AFTER_ERROR_TIMEOUT_S = 10.0
-
-
-class PyProcessError(RuntimeError):
-    """A child process could not do what was asked. Messages start with the
-    process name ("PyProcess <class> (pid N)", py_process's name for it)."""
-
-
-class PyProcessDiedError(PyProcessError):
-    """The child process exited or was killed; `exitcode` is Popen's returncode."""
-
-    def __init__(self, message: str, exitcode: int | None = None):
-        super().__init__(message)
-        self.exitcode = exitcode
-
-
-class PyProcessRemoteError(PyProcessError):
-    """The constructor or a method raised in the child.
-
-    Attributes: `exception_type` (the class name, e.g. 'ValueError'),
-    `exception_message` (str(exception)) and `child_traceback` (formatted text).
-    """
-
-    def __init__(
-        self,
-        message: str,
-        exception_type: str,
-        exception_message: str,
-        child_traceback: str,
-    ):
-        super().__init__(message)
-        self.exception_type = exception_type
-        self.exception_message = exception_message
-        self.child_traceback = child_traceback
 
 
 def _describe_exit(returncode: int | None) -> str:
@@ -635,16 +608,6 @@ class ChildProcess:
     def _child_name(self) -> str:
         child = self._child
         return child.name if child is not None else f"PyProcess {self._label}"
-
-
-def killed_by_signal(error: PyProcessError) -> bool:
-    """Whether `error` says a child was killed by a signal (a crash, the OOM
-    killer, an operator's kill), not that its object raised or it exited."""
-    return (
-        isinstance(error, PyProcessDiedError)
-        and error.exitcode is not None
-        and error.exitcode < 0
-    )
 
 
 def start_each(

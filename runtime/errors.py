@@ -57,3 +57,49 @@ def first_line(error: Exception) -> str:
             text = lines[i - 1]
             break
     return f"{type(error).__name__}: {text[:300]}"
+
+
+# -- a child process's errors (runtime/child_process.py raises them) ---------
+
+
+class PyProcessError(RuntimeError):
+    """A child process could not do what was asked. Messages start with the
+    process name ("PyProcess <class> (pid N)", py_process's name for it)."""
+
+
+class PyProcessDiedError(PyProcessError):
+    """The child process exited or was killed; `exitcode` is Popen's returncode."""
+
+    def __init__(self, message: str, exitcode: int | None = None):
+        super().__init__(message)
+        self.exitcode = exitcode
+
+
+class PyProcessRemoteError(PyProcessError):
+    """The constructor or a method raised in the child.
+
+    Attributes: `exception_type` (the class name, e.g. 'ValueError'),
+    `exception_message` (str(exception)) and `child_traceback` (formatted text).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        exception_type: str,
+        exception_message: str,
+        child_traceback: str,
+    ):
+        super().__init__(message)
+        self.exception_type = exception_type
+        self.exception_message = exception_message
+        self.child_traceback = child_traceback
+
+
+def killed_by_signal(error: PyProcessError) -> bool:
+    """Whether `error` says a child was killed by a signal (a crash, the OOM
+    killer, an operator's kill), not that its object raised or it exited."""
+    return (
+        isinstance(error, PyProcessDiedError)
+        and error.exitcode is not None
+        and error.exitcode < 0
+    )

@@ -81,6 +81,16 @@ ALLOWED_IMPORTS = {
         "py_process",
         "trajectory",
     },
+    # A cluster's tasks: the actor's side and the learner's over TensorFlow's
+    # runtime; never single-machine training, test mode or the families.
+    "cluster": {
+        "runtime",
+        "actor",
+        "learner",
+        "agent",
+        "config",
+        "py_process",
+    },
     # Test mode: the actor's unroll on a restored checkpoint (and the
     # learner's episode lines); never the cluster or single-machine training.
     "evaluation": {
@@ -244,6 +254,20 @@ def test_the_flags_check_catches_each_way_in(tmp_path, source):
     path = tmp_path / "module.py"
     path.write_text(source)
     assert _reads_flags(path)
+
+
+MAX_MODULE_LINES = 700
+
+
+def test_no_module_of_the_project_passes_700_lines():
+    """Every module but the tests' and the benchmarks' (one concern a module)."""
+    long = {
+        str(path.relative_to(REPO)): lines
+        for path in sorted(REPO.glob("**/*.py"))
+        if path.relative_to(REPO).parts[0] not in ("tests", "benchmarks", ".git")
+        and (lines := path.read_text(encoding="utf-8").count("\n")) > MAX_MODULE_LINES
+    }
+    assert long == {}
 
 
 def test_experiment_py_stays_the_wiring():

@@ -337,8 +337,8 @@ def test_family_of_level_names_and_num_actions():
     assert environments.num_actions(environments.expand_level_names("atari57")) == 18
     assert environments.num_actions(["explore_goal_locations_small"]) == 9
     assert environments.num_actions(environments.expand_level_names("dmlab30")) == 9
-    assert atari.full_action_space(["atari/pong", "atari/breakout"])
-    assert not atari.full_action_space(["atari/pong"])
+    assert atari.shares_one_policy(["atari/pong", "atari/breakout"])
+    assert not atari.shares_one_policy(["atari/pong"])
     assert not environments.has_instructions(["atari/pong", "atari/breakout"])
     assert environments.has_instructions(["explore_goal_locations_small"])
     assert environments.has_instructions(environments.expand_level_names("dmlab30"))
