@@ -45,7 +45,7 @@ from families.contract import FamilyFlag
 from learner.loss import REWARD_CLIPPINGS
 from learner.update import OPTIMIZERS
 from runtime import checkpoints, run_record, sessions, settings
-from runtime.errors import FlagError, TrainingError
+from runtime.errors import FlagError, LogdirError, TrainingError
 from runtime.shutdown import ShutdownRequest
 from single_machine import training
 
@@ -314,8 +314,15 @@ def run_training(
         # Only the chief writes to --logdir: fail now, not at the first save.
         checkpoints.ensure_logdir(config.run.logdir)
         if record is not None:
-            run_record.write(config.run.logdir, record)
-            run_record.write_hparams(config.run.logdir, record["settings"])
+            try:
+                run_record.write(config.run.logdir, record)
+                run_record.write_hparams(config.run.logdir, record["settings"])
+            except OSError as e:
+                raise LogdirError(
+                    f"--logdir={config.run.logdir}: writing the run's record "
+                    f"failed: {e.strerror or e}; free space there or give "
+                    f"another --logdir."
+                ) from None
     if cluster_config is None:
         training.train(config, shutdown)
         return
