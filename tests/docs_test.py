@@ -375,7 +375,6 @@ def test_flag_tables_name_real_flags_with_their_defaults():
 
 def test_every_flag_experiment_py_defines_is_documented():
     import environments
-
     from runtime import settings
 
     # experiment.py defines a flag for each declared setting.
