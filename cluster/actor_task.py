@@ -34,7 +34,6 @@ from cluster.state import (
 )
 from config import Config
 from learner import pipeline
-from learner.progress import PROGRESS_SECS
 from runtime.errors import FlagError, first_line
 from runtime.shutdown import ShutdownRequest
 
@@ -244,12 +243,20 @@ def run(
                     cluster_config,
                     shutdown,
                     lambda: _why_not_ready(creator),
+                    interval_secs=config.run.progress_secs,
                 )
                 if session is None:
                     break
                 finished = False
                 try:
-                    _act(session, ops, supervisor, cluster_config, shutdown)
+                    _act(
+                        session,
+                        ops,
+                        supervisor,
+                        cluster_config,
+                        shutdown,
+                        interval_secs=config.run.progress_secs,
+                    )
                 except TrainingFinished:
                     finished = True
                     logging.info(
@@ -282,17 +289,24 @@ def run(
     logging.info("Actor %d: stopped by a signal.", task)
 
 
-def _connect(creator, config, shutdown: ShutdownRequest, why_not_ready=None):
+def _connect(
+    creator,
+    config,
+    shutdown: ShutdownRequest,
+    why_not_ready=None,
+    interval_secs: float = 10,
+):
     """A session with the learner, waiting for it; None on SIGINT/SIGTERM.
 
     why_not_ready: optional () -> str, called for the periodic 'waiting' line
-    to say why the learner is not ready yet.
+    (every `interval_secs`, --progress_secs) to say why the learner is not
+    ready yet.
     """
     logging.info(
         "Actor %d: connecting to the learner at %s.", config.task, config.learner_host
     )
     start = time.monotonic()
-    next_log = start + PROGRESS_SECS
+    next_log = start + interval_secs
     while not shutdown.requested:
         try:
             session = creator.create_session()
@@ -306,7 +320,7 @@ def _connect(creator, config, shutdown: ShutdownRequest, why_not_ready=None):
                     time.monotonic() - start,
                     reason or e,
                 )
-                next_log += PROGRESS_SECS
+                next_log += interval_secs
             continue
         logging.info(
             "Actor %d: connected to the learner at %s after %.1f s.",
@@ -375,8 +389,10 @@ def _act(
     supervisor: EnvironmentSupervisor,
     config: spec.ClusterConfig,
     shutdown: ShutdownRequest,
+    interval_secs: float = 10,
 ) -> None:
-    """Unrolls and enqueues until the learner finishes or goes away.
+    """Unrolls and enqueues until the learner finishes or goes away, with a
+    line every `interval_secs` (--progress_secs).
 
     Raises TrainingFinished or LearnerLostError; returns on SIGINT/SIGTERM.
     A failure of this task's own environments is the supervisor's to handle
@@ -401,7 +417,7 @@ def _act(
                 config.task,
                 len(processes),
             )
-        elif now - last_log >= PROGRESS_SECS:
+        elif now - last_log >= interval_secs:
             logging.info(
                 "Actor %d: %d unrolls sent (%.2f unrolls/s).",
                 config.task,

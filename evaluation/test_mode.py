@@ -21,7 +21,6 @@ from actor.unroll import build_actor
 from agent import create_agent
 from config import Config
 from evaluation import video
-from learner import progress
 from runtime import checkpoints, sessions
 from runtime.errors import FlagError
 from trajectory import ActorOutput
@@ -143,5 +142,43 @@ def test(config: Config) -> dict:
     with open(path, "w") as f:
         json.dump(results, f, indent=2)
     logging.info("Test results written to %s.", path)
-    print(progress.results_table(results), flush=True)
+    print(results_table(results), flush=True)
     return results
+
+
+def results_table(results: dict) -> str:
+    """Test mode's results (the test_results.json dict) as a text table: a row
+    per level (episodes, mean return, human-normalised score where the level
+    has published human and random scores), then the suite's scores."""
+    rows = [("level", "episodes", "mean return", "human-normalised %")]
+    for level, record in results["levels"].items():
+        score = environments.level_score(level, record["returns"])
+        rows.append(
+            (
+                level,
+                str(len(record["returns"])),
+                f"{record['mean_return']:.2f}",
+                "-" if score is None else _one_decimal(score),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = [
+        "  ".join(
+            cell.ljust(width) if i == 0 else cell.rjust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in rows
+    ]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    for name, value in results.get("human_normalized", {}).items():
+        lines.append(
+            f"{results['level_name']} human-normalised {name}: {_one_decimal(value)} %"
+        )
+    return "\n".join(lines)
+
+
+def _one_decimal(value: float) -> str:
+    # A score a hair below zero (an agent at random level) rounds to "-0.0",
+    # which reads as a sign that means something; it does not.
+    text = f"{value:.1f}"
+    return "0.0" if text == "-0.0" else text

@@ -18,8 +18,8 @@ from absl import logging
 
 from config import Config
 from learner import progress
+from learner.nan_guard import NON_FINITE_MARKER, non_finite_update
 from learner.pipeline import FreshStagingHook, LearnerPipeline
-from learner.update import NON_FINITE_MARKER, non_finite_update
 from runtime import checkpoints, sessions
 from runtime.errors import EnvironmentFailedError, NonFiniteUpdateError
 

@@ -3,7 +3,7 @@
 `ProgressLogger` logs a line every --progress_secs (frames against the target,
 frames/s, ETA) and writes frames/s to TensorBoard; `EpisodeLogger` logs and
 summarises every episode that ends in the learner's batches (and a suite's
-human-normalised training scores); `results_table` is test mode's table.
+human-normalised training scores).
 """
 
 from __future__ import annotations
@@ -175,41 +175,3 @@ class EpisodeLogger:
                 )
             self._writer.add_summary(summary, num_env_frames)
             self._suite_returns = {name: [] for name in self._suite_returns}
-
-
-def results_table(results: dict) -> str:
-    """Test mode's results (the test_results.json dict) as a text table: a row
-    per level (episodes, mean return, human-normalised score where the level
-    has published human and random scores), then the suite's scores."""
-    rows = [("level", "episodes", "mean return", "human-normalised %")]
-    for level, record in results["levels"].items():
-        score = environments.level_score(level, record["returns"])
-        rows.append(
-            (
-                level,
-                str(len(record["returns"])),
-                f"{record['mean_return']:.2f}",
-                "-" if score is None else _one_decimal(score),
-            )
-        )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = [
-        "  ".join(
-            cell.ljust(width) if i == 0 else cell.rjust(width)
-            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
-        )
-        for row in rows
-    ]
-    lines.insert(1, "  ".join("-" * width for width in widths))
-    for name, value in results.get("human_normalized", {}).items():
-        lines.append(
-            f"{results['level_name']} human-normalised {name}: {_one_decimal(value)} %"
-        )
-    return "\n".join(lines)
-
-
-def _one_decimal(value: float) -> str:
-    # A score a hair below zero (an agent at random level) rounds to "-0.0",
-    # which reads as a sign that means something; it does not.
-    text = f"{value:.1f}"
-    return "0.0" if text == "-0.0" else text

@@ -10,18 +10,14 @@ step.
   and the learner's TensorBoard summaries. Where the batch comes from
   (queues, staging) is pipeline.py's business, the training loop loop.py's.
 
-The NaN guard's contract lives here whole: `guard_finite_update` fails a
-step whose loss or gradients are not finite with a TensorFlow error, and
-`non_finite_update` reads that error back into a `NonFiniteUpdate` (the
-error crosses `session.run` as text, so its encoding and decoding stay
-together).
+The NaN guard is nan_guard.py's, the per-level summaries
+level_summaries.py's.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
-import re
 from collections.abc import Sequence
 
 import sonnet as snt
@@ -30,21 +26,15 @@ import tensorflow as tf
 import agent as agent_lib
 from config import LearnerConfig
 from learner import popart as popart_lib
+from learner.level_summaries import level_summaries, level_terms
 from learner.loss import Losses, compute_loss
+from learner.nan_guard import guard_finite_update
 from trajectory import ActorOutput
 
 LearnerOutputs = collections.namedtuple(
     "LearnerOutputs",
     "train_and_count done info num_env_frames losses learning_rate vtrace_returns",
 )
-
-# In the message of the step that guard_finite_update stops.
-NON_FINITE_MARKER = "NaN or infinite loss or gradient"
-# What that message says of the step (the Assert's data, in this order).
-NonFiniteUpdate = collections.namedtuple(
-    "NonFiniteUpdate", "num_env_frames total_loss global_norm"
-)
-_NON_FINITE_FIELDS = ("frames:", "total loss:", "gradient global norm:")
 
 # The optimiser step of build_update: train_and_count runs the update, then
 # adds the batch's frames to the global step (num_env_frames) and returns it.
@@ -260,66 +250,6 @@ _Tower = collections.namedtuple(
     "_Tower", "losses vtrace_returns policy_entropy popart_batch level_terms"
 )
 
-# A tower's per-level sums [L] for level_summaries: the trajectories, their
-# mean |policy-gradient advantage|, and the squared norm of the loss's
-# gradient with respect to the network's outputs (policy logits, values).
-LevelTerms = collections.namedtuple(
-    "LevelTerms", "trajectories abs_pg_advantage output_gradient_sq"
-)
-
-
-def level_terms(
-    level_ids: tf.Tensor,
-    num_levels: int,
-    pg_advantages: tf.Tensor,
-    total_loss: tf.Tensor,
-    learner_outputs: agent_lib.AgentOutput,
-) -> LevelTerms:
-    """Per-level sums over a batch's trajectories (level_ids [B],
-    pg_advantages [T, B]); built for the summaries only, so the training step
-    never computes them."""
-    logits_gradient, values_gradient = tf.gradients(
-        total_loss, [learner_outputs.policy_logits, learner_outputs.baseline]
-    )
-
-    def per_trajectory_sq(gradient):  # [T + 1, B, ...] -> [B]
-        if gradient is None:
-            return tf.zeros_like(tf.cast(level_ids, tf.float32))
-        squares = tf.square(gradient)
-        return tf.reduce_sum(squares, axis=[0, *range(2, squares.shape.rank)])
-
-    def by_level(values):  # [B] -> [L]
-        return tf.math.unsorted_segment_sum(values, level_ids, num_levels)
-
-    return LevelTerms(
-        trajectories=by_level(tf.ones_like(tf.cast(level_ids, tf.float32))),
-        abs_pg_advantage=by_level(tf.reduce_mean(tf.abs(pg_advantages), axis=0)),
-        output_gradient_sq=by_level(
-            per_trajectory_sq(logits_gradient) + per_trajectory_sq(values_gradient)
-        ),
-    )
-
-
-def level_summaries(level_names, towers_terms: list[LevelTerms]) -> None:
-    """TensorBoard, for each level of a run of several:
-    `levels/<level>/mean_abs_pg_advantage` (the mean |advantage| its
-    trajectories push the policy with; PopArt divides it by the level's
-    scale) and `levels/<level>/gradient_share` (its share of the norm of the
-    loss's gradient with respect to the network's outputs, the policy logits
-    and the values: the levels' shares add up to 1; without PopArt and
-    without clipping the large-reward level takes most of it). Both are of
-    the summary step's batch, all learners' together; 0 for a level absent
-    from it."""
-    terms = LevelTerms(*map(_sum, zip(*towers_terms, strict=True)))
-    mean_abs = terms.abs_pg_advantage / tf.maximum(terms.trajectories, 1.0)
-    norms = tf.sqrt(terms.output_gradient_sq)
-    shares = norms / tf.maximum(tf.reduce_sum(norms), 1e-12)
-    for i, level in enumerate(level_names):
-        tf.compat.v1.summary.scalar(
-            f"levels/{level}/mean_abs_pg_advantage", mean_abs[i]
-        )
-        tf.compat.v1.summary.scalar(f"levels/{level}/gradient_share", shares[i])
-
 
 def _tower(
     learner_outputs: agent_lib.AgentOutput,
@@ -437,69 +367,3 @@ def make_optimizer(config: LearnerConfig, learning_rate: tf.Tensor):
     if config.optimizer == "adam":
         return tf.compat.v1.train.AdamOptimizer(learning_rate, epsilon=config.epsilon)
     raise ValueError(f"optimizer={config.optimizer!r} is not one of {OPTIMIZERS}")
-
-
-def guard_finite_update(
-    loss: tf.Tensor, gradients, global_norm: tf.Tensor, num_env_frames: tf.Tensor
-) -> list:
-    """`gradients`, gated on the loss and every gradient being finite.
-
-    The returned gradients (same structure; tf.IndexedSlices stay so) depend
-    on one tf.debugging.Assert over the loss and all gradients, so no
-    variable update can run (nor the frame count increment that follows the
-    update) when any of them holds a NaN or an infinity: the step fails with
-    an InvalidArgumentError whose message contains NON_FINITE_MARKER, the
-    frame count, the loss and the gradients' global norm, which
-    `non_finite_update` reads back. The session then closes without saving
-    (its hooks' `end` only runs on a normal exit).
-    """
-
-    def values(gradient):
-        return gradient.values if isinstance(gradient, tf.IndexedSlices) else gradient
-
-    finite = [tf.reduce_all(tf.math.is_finite(loss))] + [
-        tf.reduce_all(tf.math.is_finite(values(g))) for g in gradients if g is not None
-    ]
-    check = tf.debugging.Assert(
-        tf.reduce_all(tf.stack(finite)),
-        [
-            NON_FINITE_MARKER,
-            _NON_FINITE_FIELDS[0],
-            num_env_frames,
-            _NON_FINITE_FIELDS[1],
-            loss,
-            _NON_FINITE_FIELDS[2],
-            global_norm,
-        ],
-        name="check_finite_update",
-    )
-
-    def gated(gradient):
-        if gradient is None:
-            return None
-        if isinstance(gradient, tf.IndexedSlices):
-            return tf.IndexedSlices(
-                tf.identity(gradient.values), gradient.indices, gradient.dense_shape
-            )
-        return tf.identity(gradient)
-
-    with tf.control_dependencies([check]):
-        return [gated(g) for g in gradients]
-
-
-def non_finite_update(error: tf.errors.OpError) -> NonFiniteUpdate | None:
-    """What guard_finite_update's failed step says; None for any other error.
-
-    The Assert prints each of its data as `[value]`, so the message reads
-    `[NaN or infinite ...] [frames:] [960] [total loss:] [nan] ...`. A field
-    that cannot be read is '?'.
-    """
-    text = error.message or ""
-    if NON_FINITE_MARKER not in text:
-        return None
-
-    def field(name: str) -> str:
-        match = re.search(rf"\[{re.escape(name)}\] \[([^\]]*)\]", text)
-        return match.group(1) if match else "?"
-
-    return NonFiniteUpdate(*(field(name) for name in _NON_FINITE_FIELDS))

@@ -6,8 +6,8 @@ import math
 import pytest
 
 import dmlab30
+from evaluation import test_mode
 from families import atari57
-from learner import progress
 
 
 def _dmlab_returns(value_for_level):
@@ -153,7 +153,7 @@ def test_results_table_rows_and_suite_lines_without_negative_zero():
         },
         "human_normalized": {"median": -0.04, "mean": -1.26},
     }
-    lines = progress.results_table(results).splitlines()
+    lines = test_mode.results_table(results).splitlines()
     assert lines[0].split()[0] == "level"
     rows = {line.split()[0]: line.split()[1:] for line in lines[2:4]}
     assert rows[pong][:2] == ["2", "-20.50"]

@@ -11,7 +11,8 @@ import tensorflow as tf
 
 from config import LearnerConfig
 from learner import loop
-from learner.update import build_update, guard_finite_update, non_finite_update
+from learner.nan_guard import guard_finite_update, non_finite_update
+from learner.update import build_update
 from runtime import errors
 
 # loss = sum(SCALE * w^2 / 2): its gradient is SCALE * w, of global norm
