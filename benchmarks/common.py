@@ -43,15 +43,10 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def cpu_model() -> str:
-    """The CPU's model name (/proc/cpuinfo), or 'unknown'."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
+    """The CPU's model name (/proc/cpuinfo), as a run's record gives it."""
+    from runtime.run_record import cpu_model as recorded_cpu_model
+
+    return recorded_cpu_model()
 
 
 def machine_info() -> dict:
