@@ -243,7 +243,10 @@ def run(
                 num_env_frames,
             )
 
-        hooks = [CloseQueueOnShutdownHook(ops.close_queue, shutdown)]
+        hooks = [
+            ExitAtOnceUntilSessionHook(shutdown),
+            CloseQueueOnShutdownHook(ops.close_queue, shutdown),
+        ]
         if cluster_config.num_learners > 1 and config.run.stalled_learner_warning_secs:
             watch = StallWatch(
                 config.run.stalled_learner_warning_secs,
@@ -319,6 +322,29 @@ class PollingHook(tf.compat.v1.train.SessionRunHook):
     def end(self, session) -> None:
         del session
         self._ended.set()
+
+
+class ExitAtOnceUntilSessionHook(tf.compat.v1.train.SessionRunHook):
+    """SIGINT or SIGTERM while the chief creates its session exits at once.
+
+    Session creation waits in C++ for every task of the cluster: a learner
+    task that passed the chief's TCP probe (wait_for_learner_tasks) and died
+    before answering leaves it there, where the stop flag is never read.
+    Nothing is trained yet, so a signal then ends the process (128 + the
+    signal) instead of setting the flag."""
+
+    _WHAT = "creating its session with the cluster's tasks"
+
+    def __init__(self, shutdown: ShutdownRequest):
+        self._shutdown = shutdown
+
+    def begin(self) -> None:
+        logging.info("Learner task 0: %s (TensorFlow waits for each).", self._WHAT)
+        self._shutdown.exit_at_once_while(self._WHAT)
+
+    def after_create_session(self, session, coord) -> None:
+        del session, coord
+        self._shutdown.exit_at_once_while(None)
 
 
 class CloseQueueOnShutdownHook(PollingHook):

@@ -52,6 +52,29 @@ class ShutdownRequest:
         self._requested = threading.Event()
         # What the first signal does, for the log line (actor tasks differ).
         self.stop_description = self.LEARNER_STOP
+        # While set (what the process is doing, e.g. creating its session
+        # with the cluster's other tasks, a wait in C++ that no flag ends),
+        # the first signal exits at once: nothing is trained yet.
+        self._at_once: str | None = None
+
+    def exit_at_once_while(self, what: str | None) -> None:
+        """From now until called with None, a signal exits the process at
+        once (128 + the signal), saying it stopped while `what`."""
+        with self._lock:
+            self._at_once = what
+            pending = self.signum if what is not None else None
+        if pending is not None:
+            self._exit_now(pending, what)
+
+    def _exit_now(self, signum: int, what: str) -> None:
+        logging.warning(
+            "Received %s while %s: exiting at once (exit code %d); nothing "
+            "was trained yet.",
+            signal.Signals(signum).name,
+            what,
+            128 + signum,
+        )
+        os._exit(128 + signum)
 
     @property
     def requested(self) -> bool:
@@ -75,7 +98,10 @@ class ShutdownRequest:
             if first:
                 self.signum = signum
                 self._requested.set()
+            at_once = self._at_once
         name = signal.Signals(signum).name
+        if at_once is not None:
+            self._exit_now(signum, at_once)
         if first:
             logging.warning("Received %s: %s.", name, self.stop_description)
             return

@@ -534,6 +534,66 @@ def test_a_chief_waiting_for_its_learner_tasks_says_so_and_stops_at_a_signal(
     assert "Traceback" not in text
 
 
+@pytest.mark.slow
+def test_a_chief_stuck_creating_its_session_stops_at_sigterm(tmp_path):
+    """Learner task 1 passes the chief's TCP probe but never answers (a
+    socket that listens and speaks no gRPC, as a task that died after its
+    port opened): the chief waits in TensorFlow's session creation, where
+    no flag is read; SIGTERM still ends it at once, with 143."""
+    import socket
+
+    from run_helpers import command
+
+    from cluster import ports
+
+    silent = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    free_ports = ports.pick_free_ports(3)
+    learners = f"127.0.0.1:{free_ports[0]},127.0.0.1:{silent.getsockname()[1]}"
+    actors = f"127.0.0.1:{free_ports[1]},127.0.0.1:{free_ports[2]}"
+    log_path = tmp_path / "chief.log"
+    with open(log_path, "wb") as log:
+        chief = subprocess.Popen(
+            command(
+                "--job_name=learner",
+                "--task=0",
+                "--num_learners=2",
+                f"--learner_host={learners}",
+                f"--actor_hosts={actors}",
+                "--num_actors=2",
+                "--level_name=atari/pong",
+                "--agent=shallow",
+                f"--logdir={tmp_path / 'run'}",
+            ),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={k: v for k, v in os.environ.items() if k != "TF_CONFIG"},
+        )
+    creating = "Learner task 0: creating its session with the cluster's tasks"
+    try:
+        deadline = time.monotonic() + 300
+        while creating not in log_path.read_text(errors="replace"):
+            assert chief.poll() is None, log_path.read_text()[-3000:]
+            assert time.monotonic() < deadline, log_path.read_text()[-3000:]
+            time.sleep(0.2)
+        time.sleep(2)  # inside TensorFlow's wait by now
+        assert chief.poll() is None, log_path.read_text()[-3000:]
+        chief.send_signal(signal.SIGTERM)
+        assert chief.wait(timeout=60) == 143, log_path.read_text()[-3000:]
+    finally:
+        silent.close()
+        if chief.poll() is None:
+            chief.kill()
+            chief.wait()
+    text = log_path.read_text(errors="replace")
+    assert (
+        "Received SIGTERM while creating its session with the cluster's tasks: "
+        "exiting at once (exit code 143)"
+    ) in text
+    assert "Traceback" not in text
+
+
 # -- a stalled learner, said out loud -------------------------------------------
 
 
