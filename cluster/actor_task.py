@@ -26,11 +26,13 @@ from actor.unroll import build_vector_actor
 from cluster import servers, spec
 from cluster.state import (
     ClusterState,
+    agreeing_settings,
     build_agent_variables,
     chief_learner_tasks,
     confirm_finished_op,
     create_cluster_state,
     learner_tasks_problem,
+    settings_problems,
 )
 from config import Config
 from learner import pipeline
@@ -52,7 +54,7 @@ LOCAL_AGENT_NAME = "local_agent"
 ActorTaskOps = collections.namedtuple(
     "ActorTaskOps",
     "sync_weights output state_initializer placeholders enqueue training_done "
-    "confirm_finished uninitialized learner_tasks",
+    "confirm_finished uninitialized learner_tasks settings chiefs_settings",
 )
 
 
@@ -147,14 +149,17 @@ def build_actor_task(
         # Declares the learner's variables here; the ops of this call never run.
         global_agent = agent_lib.create_agent(config.agent)
         build_agent_variables(global_agent, specs)
+        settings = agreeing_settings(config, specs.env_outputs.observation)
         state = create_cluster_state(
             cluster_config.num_actors,
             is_learner=False,
             num_learners=cluster_config.num_learners,
+            settings=settings,
         )
         confirm_finished = confirm_finished_op(state.finished_actors, task)
         training_done = state.training_done.read_value()
         learner_tasks = chief_learner_tasks(state)
+        chiefs_settings = state.run_settings.read_value()
     with tf.device(cluster_config.device):
         sync_weights = copy_weights_op(global_agent, local_agent)
     # The learner's variables not initialised yet. The actor connects once
@@ -173,6 +178,8 @@ def build_actor_task(
         confirm_finished=confirm_finished,
         uninitialized=uninitialized,
         learner_tasks=learner_tasks,
+        settings=settings,
+        chiefs_settings=chiefs_settings,
     )
     return ops, processes
 
@@ -229,6 +236,7 @@ def run(
             session_config=proto,
             max_wait_secs=2.0,
             log_every_secs=3600.0,
+            check=lambda session: _check_settings(session, ops, cluster_config),
         )
         # Started as the single-machine actors' are: a process killed while
         # it starts is restarted and counted, a bad level fails at once.
@@ -356,6 +364,21 @@ def _why_not_ready(creator) -> str | None:
     )
 
 
+def _check_settings(session, ops: ActorTaskOps, config: spec.ClusterConfig) -> None:
+    """Refuses (FlagError, a line a setting) a chief whose settings differ
+    from this task's, as soon as the chief has set them: also while it has
+    not initialised this task's model (another agent never does)."""
+    try:
+        chiefs = session.run(
+            ops.chiefs_settings,
+            options=tf.compat.v1.RunOptions(timeout_in_ms=REMOTE_CALL_TIMEOUT_MS),
+        )
+    except tf.errors.OpError:
+        return  # Not set yet (the chief is starting), or gone: ask again later.
+    if problems := settings_problems(ops.settings, chiefs, config.learner_host):
+        raise FlagError("\n".join(problems))
+
+
 def _close_quietly(session) -> None:
     try:
         session.close()
@@ -403,6 +426,9 @@ def _act(
     chief_runs = _remote_run(session, ops.learner_tasks, "asking the learner")
     if problem := learner_tasks_problem(int(chief_runs), config):
         raise FlagError(problem)
+    chiefs = _remote_run(session, ops.chiefs_settings, "asking the learner")
+    if problems := settings_problems(ops.settings, chiefs, config.learner_host):
+        raise FlagError("\n".join(problems))
     unrolls, last_log, last_unrolls = 0, time.monotonic(), 0
     while not shutdown.requested:
         _remote_run(session, ops.sync_weights, "copying the learner's weights")

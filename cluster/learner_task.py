@@ -27,10 +27,12 @@ import agent as agent_lib
 from actor.unroll import actor_output_specs
 from cluster import ports, spec
 from cluster.state import (
+    agreeing_settings,
     chief_learner_tasks,
     confirm_finished_op,
     create_cluster_state,
     learner_tasks_problem,
+    settings_problems,
 )
 from config import Config
 from learner import loop, pipeline, progress
@@ -82,6 +84,7 @@ def build_learner_task(
             is_learner=True,
             after=[q.size() for q in queues],
             num_learners=num_learners,
+            settings=agreeing_settings(config, specs.env_outputs.observation),
         )
 
         def close_queues():
@@ -119,16 +122,22 @@ def serve(
         task,
         cluster_config.learner_host,
     )
+    specs = actor_output_specs(
+        config.environment, config.agent, config.learner.unroll_length
+    )
+    mine = agreeing_settings(config, specs.env_outputs.observation)
     with tf.Graph().as_default():
         with tf.device(f"{spec.learner_task_device()}/cpu:0"):
             state = create_cluster_state(
                 cluster_config.num_actors,
                 is_learner=False,
                 num_learners=cluster_config.num_learners,
+                settings=mine,
             )
             training_done = state.training_done.read_value()
             confirm_finished = confirm_finished_op(state.finished_learners, task)
             chief_runs = chief_learner_tasks(state)
+            chiefs_settings = state.run_settings.read_value()
         done = False
         while not done and not shutdown.requested:
             try:
@@ -140,6 +149,10 @@ def serve(
                     )
                     if problem:
                         raise FlagError(problem)
+                    if problems := settings_problems(
+                        mine, session.run(chiefs_settings), cluster_config.learner_host
+                    ):
+                        raise FlagError("\n".join(problems))
                     while not session.run(training_done):
                         if shutdown.wait(1.0):
                             break

@@ -210,10 +210,14 @@ class FastWorkerSessionCreator:
         poll_secs: float = 0.5,
         log_every_secs: float = 5.0,
         max_wait_secs: float | None = None,
+        check=None,
     ):
         import tensorflow as tf
 
         tf.compat.v1.train.SessionCreator.register(FastWorkerSessionCreator)
+        # check(session): called while the learner has not initialised what
+        # this task declares (it may run another model); it may raise.
+        self._check = check
         parse_host_port(learner_host)  # Fail fast on a bad address.
         self._master = master
         self._learner_host = learner_host
@@ -264,6 +268,8 @@ class FastWorkerSessionCreator:
                         )
                     missing = _uninitialized(sess, self._scaffold.ready_op)
                 self.uninitialized = missing
+                if missing and self._check is not None:
+                    self._check(sess)
                 reason = _describe(missing) if missing else None
                 if reason is None:
                     logging.info(
@@ -307,7 +313,8 @@ def worker_session_creator(
     """A FastWorkerSessionCreator for this actor task's server and learner.
 
     `session_config` defaults to server_config(config); `kwargs` go to
-    FastWorkerSessionCreator (poll_secs, log_every_secs, max_wait_secs).
+    FastWorkerSessionCreator (poll_secs, log_every_secs, max_wait_secs,
+    check).
     """
     return FastWorkerSessionCreator(
         server.target,

@@ -18,6 +18,7 @@ learner is back (restored from its checkpoint).
 from __future__ import annotations
 
 import collections
+import json
 import os
 import sys
 
@@ -28,7 +29,7 @@ import agent as agent_lib
 from cluster.spec import ClusterConfig
 
 ClusterState = collections.namedtuple(
-    "ClusterState", "training_done finished_actors finished_learners"
+    "ClusterState", "training_done finished_actors finished_learners run_settings"
 )
 
 
@@ -37,8 +38,10 @@ def create_cluster_state(
     is_learner: bool,
     after: list | None = None,
     num_learners: int = 1,
+    settings: str = "",
 ) -> ClusterState:
-    """The learner-side variables of the end-of-training protocol.
+    """The learner-side variables of the end-of-training protocol, and the
+    chief's settings that every task must agree on.
 
     training_done: bool [], set by the learner just before it closes the queue.
     finished_actors: int32 [num_actors]; actor i sets entry i to 1 once it has
@@ -46,6 +49,8 @@ def create_cluster_state(
     finished_learners: int32 [num_learners]; learner task k > 0 (the ones
       that serve the chief's towers) sets entry k to 1 once it has seen the
       end; entry 0 (the chief's) stays 0.
+    run_settings: string [], the chief's `agreeing_settings` as JSON (its
+      `settings`; the other tasks read it, `settings_problems`).
     Create them under the learner's device, with the same names in every
     task's graph. In the learner's graph they are local variables (set up at
     every start, never checkpointed); in an actor's graph they are in no
@@ -71,6 +76,7 @@ def create_cluster_state(
         finished_learners=variable(
             tf.zeros([num_learners], tf.int32), "finished_learners"
         ),
+        run_settings=variable(tf.constant(settings), "run_settings"),
     )
 
 
@@ -86,6 +92,69 @@ def chief_learner_tasks(state: ClusterState) -> tf.Tensor:
     """int32 []: how many learner tasks the chief runs (its finished_learners
     has one entry each), read to refuse a cluster that disagrees."""
     return tf.size(state.finished_learners.read_value())
+
+
+def agreeing_settings(config, observation_specs) -> str:
+    """What every task of one cluster must have as the chief has it, as JSON
+    ({flag: value}): the agent, the levels in their order, the action
+    repeats, the unroll length, PopArt's value head and the shapes of the
+    observations (`observation_specs`, the trajectory's)."""
+    return json.dumps(
+        {
+            "agent": config.agent.torso,
+            "use_lstm": config.agent.use_lstm,
+            "level_name": config.environment.level_name,
+            "levels": list(config.environment.level_names),
+            "num_actions": config.agent.num_actions,
+            "num_action_repeats": config.environment.num_action_repeats,
+            "unroll_length": config.learner.unroll_length,
+            "popart": bool(config.agent.num_values),
+            "observations": [
+                list(spec.shape[1:]) for spec in tf.nest.flatten(observation_specs)
+            ],
+        },
+        sort_keys=True,
+    )
+
+
+def settings_problems(mine: str, chiefs: bytes | str, learner_host: str) -> list[str]:
+    """A line for each setting of this task (`mine`, agreeing_settings)
+    that differs from the chief's; [] when they agree (or the chief has
+    none: a version before this check)."""
+    if isinstance(chiefs, bytes):
+        chiefs = chiefs.decode()
+    if not chiefs:
+        return []
+    mine_values, chiefs_values = json.loads(mine), json.loads(chiefs)
+    return [
+        f"{_what(name, mine_values[name])}: the chief at {learner_host} runs "
+        f"{_text(chiefs_values.get(name))}; start every task of the cluster with "
+        f"the same settings (the chief's logdir has them as run_flags.cfg)."
+        for name in sorted(mine_values)
+        if mine_values[name] != chiefs_values.get(name)
+    ]
+
+
+# The agreeing settings that are no flag of their own, as a message names them.
+_DERIVED = {
+    "levels": "the levels (from --level_name)",
+    "num_actions": "the number of actions (from --level_name)",
+    "observations": "the observation shapes (the family's flags)",
+}
+
+
+def _what(name: str, value) -> str:
+    if name in _DERIVED:
+        return f"{_DERIVED[name]} {_text(value)}"
+    return f"--{name}={_text(value)}"
+
+
+def _text(value) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list):
+        return json.dumps(value)
+    return str(value)
 
 
 def learner_tasks_problem(chief_runs: int, config: ClusterConfig) -> str | None:

@@ -6,6 +6,7 @@ the launcher's process handling (logs, exit codes, signals), which does not
 depend on what the tasks do, and a fake starts in milliseconds.
 """
 
+import dataclasses
 import json
 import os
 import re
@@ -1091,3 +1092,46 @@ def test_a_task_whose_learner_list_differs_from_the_chiefs_is_refused():
         "--num_learners=2."
     )
     assert "runs 1" in learner_tasks_problem(1, two)
+
+
+# -- the settings every task must share -------------------------------------------
+
+
+def test_a_task_whose_settings_differ_from_the_chiefs_gets_a_line_each():
+    from run_helpers import small_config
+
+    from actor.unroll import actor_output_specs
+    from cluster.state import agreeing_settings, settings_problems
+
+    def settings(**changes):
+        config = small_config()
+        config = dataclasses.replace(
+            config,
+            agent=dataclasses.replace(config.agent, **changes.pop("agent", {})),
+            learner=dataclasses.replace(config.learner, **changes),
+        )
+        specs = actor_output_specs(
+            config.environment, config.agent, config.learner.unroll_length
+        )
+        return agreeing_settings(config, specs.env_outputs.observation)
+
+    chief = settings()
+    assert settings_problems(chief, chief.encode(), "h:1") == []
+    # A chief of a version before the check has none: nothing to compare.
+    assert settings_problems(chief, b"", "h:1") == []
+    mine = settings(unroll_length=10, agent={"torso": "deep"})
+    problems = settings_problems(mine, chief.encode(), "learner:8000")
+    assert problems == [
+        "--agent=deep: the chief at learner:8000 runs shallow; start every task "
+        "of the cluster with the same settings (the chief's logdir has them as "
+        "run_flags.cfg).",
+        "--unroll_length=10: the chief at learner:8000 runs 20; start every task "
+        "of the cluster with the same settings (the chief's logdir has them as "
+        "run_flags.cfg).",
+    ]
+    # What no flag of its own sets is named by what it comes from.
+    other = json.loads(chief)
+    other["observations"] = [[84, 84, 1], []]
+    (line,) = settings_problems(chief, json.dumps(other), "h:1")
+    assert line.startswith("the observation shapes (the family's flags) [[")
+    assert "runs [[84, 84, 1], []]" in line

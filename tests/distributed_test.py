@@ -480,9 +480,9 @@ def test_faults_actor_killed_and_restarted_learner_killed_and_restarted(
     """One sequence, to start as few processes as possible:
 
     1. actors 0 and 1 start before the learner and wait for it; so does
-       actor 2, whose --unroll_length differs from the learner's: it stops
-       with exit code 2 and an error naming the flags, and the learner
-       carries on (actor 2 stays down for the rest of the test);
+       actor 2, whose --unroll_length and --use_lstm differ from the
+       learner's: it stops with exit code 2 and a line naming each, and the
+       learner carries on (actor 2 stays down for the rest of the test);
     2. actor 1 is SIGKILLed after its first unroll: the learner keeps
        training on actor 0 (three more updates saved after the kill);
     3. actor 1 is restarted, from TF_CONFIG this time, and rejoins;
@@ -543,7 +543,9 @@ def test_faults_actor_killed_and_restarted_learner_killed_and_restarted(
     # 1. Actors first.
     actor0 = actor("actor0", 0)
     actor1 = actor("actor1", 1)
-    bad_actor = actor("actor2", 2, "--unroll_length=10")
+    # Another unroll length and a feed-forward agent: the learner never
+    # initialises this model, so the check runs while the actor waits.
+    bad_actor = actor("actor2", 2, "--unroll_length=10", "--use_lstm=false")
     for name, process in (("actor0", actor0), ("actor1", actor1)):
         tasks.wait_for_line(
             name, "connecting to the learner", START_TIMEOUT_S, watch=process
@@ -569,8 +571,19 @@ def test_faults_actor_killed_and_restarted_learner_killed_and_restarted(
         time.sleep(0.5)
     # The misconfigured actor met the learner's queue and stopped by itself.
     assert tasks.wait_exit("actor2", bad_actor, START_TIMEOUT_S) == 2
-    assert "takes unrolls of another shape" in tasks.read("actor2")
-    assert "--unroll_length" in tasks.read("actor2")
+    refused = [
+        line
+        for line in tasks.read("actor2").splitlines()
+        if line.startswith("experiment.py: error:")
+    ]
+    assert len(refused) == 2, tasks.tail("actor2")
+    assert refused[0].startswith(
+        f"experiment.py: error: --unroll_length=10: the chief at {learner_host} "
+        "runs 20; start every task of the cluster with the same settings"
+    )
+    assert refused[1].startswith(
+        f"experiment.py: error: --use_lstm=false: the chief at {learner_host} runs true"
+    )
 
     # 3. Actor 1 restarted, with TF_CONFIG, rejoins the running learner.
     actor1 = actor("actor1_restarted", 1, tf_config=True)
