@@ -422,7 +422,9 @@ def _act(
     (restart, or EnvironmentFailedError at its limit); other errors
     propagate.
     """
-    processes = supervisor.processes
+    # One unroll an environment a round: K of them, however many share a
+    # process (--envs_per_process).
+    per_round = tf.nest.flatten(ops.placeholders)[0].shape[0]
     chief_runs = _remote_run(session, ops.learner_tasks, "asking the learner")
     if problem := learner_tasks_problem(int(chief_runs), config):
         raise FlagError(problem)
@@ -435,13 +437,13 @@ def _act(
         values = _unroll(session, ops, supervisor, shutdown)
         if values is None or not _send_unroll(session, ops, values, config, shutdown):
             return
-        unrolls += len(processes)
+        unrolls += per_round
         now = time.monotonic()
-        if unrolls == len(processes):
+        if unrolls == per_round:
             logging.info(
                 "Actor %d: first unroll sent to the learner (one per environment: %d).",
                 config.task,
-                len(processes),
+                per_round,
             )
         elif now - last_log >= interval_secs:
             logging.info(

@@ -37,7 +37,7 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
-from run_helpers import small_config
+from run_helpers import experiment_values, resolved_settings, small_config
 
 import experiment
 from actor.unroll import actor_output_specs
@@ -449,6 +449,21 @@ def test_launcher_trains_a_learner_and_two_actors_to_the_target(
     # 2,000 frames alone, so not every actor need have sent one.
     assert sent and set(sent) == {str(envs_per_actor)}, sent
     assert saved_frames(run.logdir) >= LAUNCH_TARGET
+    # The chief's record: the settings experiment.py resolves on one machine
+    # for the same flags, launch.py's cluster or not.
+    with open(os.path.join(run.logdir, "run_record.json")) as f:
+        recorded = experiment_values(json.load(f)["settings"])
+    single = experiment_values(
+        resolved_settings(
+            "--num_actors=2",
+            *SMALL,
+            f"--envs_per_actor={envs_per_actor}",
+            *agent_flags,
+            f"--total_environment_frames={LAUNCH_TARGET}",
+            f"--logdir={tmp_path / 'single'}",
+        )
+    )
+    assert recorded == single
     if "--popart" in agent_flags:
         reader = tf.train.load_checkpoint(run.logdir)
         assert reader.get_tensor("popart/mean").shape == (2,)

@@ -83,6 +83,32 @@ def run_command_line(*args: str) -> int:
     return experiment.run_mode(experiment.parse_flags(["experiment.py", *args]))
 
 
+def resolved_settings(*args: str) -> dict:
+    """The settings experiment.py resolves for the command line `args`
+    ({name: {"value", "source"}}), as --print_config and a run's record give
+    them; in this process, nothing written."""
+    import experiment
+
+    f = experiment.parse_flags(["experiment.py", *args])
+    _, restored = experiment.restore_from_record(f)
+    defaults = experiment.apply_family_defaults(f)
+    experiment.validate_flags(f, defaults)
+    config = experiment.config_from_flags(f, defaults)
+    return experiment.resolved_settings(f, config, defaults, restored)
+
+
+def experiment_values(settings: dict) -> dict:
+    """{name: value} of the settings that are the run's (not the process's:
+    --mode, --logdir, the cluster's addresses, ...)."""
+    from runtime import run_record
+
+    return {
+        name: entry["value"]
+        for name, entry in settings.items()
+        if name not in run_record.PROCESS_SETTINGS
+    }
+
+
 def one_error_line(stderr: str) -> str:
     """The one line experiment.py printed of its own (TensorFlow may print
     others); fails if there is not exactly one, or a traceback."""

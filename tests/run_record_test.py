@@ -10,8 +10,9 @@ import os
 
 import pytest
 from run_helpers import REPO_ROOT, run_command_line
+from run_helpers import experiment_values as values
+from run_helpers import resolved_settings as resolved
 
-import experiment
 from runtime import run_record
 
 TINY = (
@@ -28,26 +29,6 @@ FRAMES = 3000
 def record_of(logdir) -> dict:
     with open(os.path.join(logdir, run_record.RECORD_FILE)) as f:
         return json.load(f)
-
-
-def resolved(*args: str) -> dict:
-    """The settings experiment.py resolves for `args`, as --print_config
-    and the record give them."""
-    argv = ["experiment.py", *args]
-    f = experiment.parse_flags(argv)
-    _, restored = experiment.restore_from_record(f)
-    defaults = experiment.apply_family_defaults(f)
-    experiment.validate_flags(f, defaults)
-    config = experiment.config_from_flags(f, defaults)
-    return experiment.resolved_settings(f, config, defaults, restored)
-
-
-def values(settings: dict) -> dict:
-    return {
-        name: entry["value"]
-        for name, entry in settings.items()
-        if name not in run_record.PROCESS_SETTINGS
-    }
 
 
 @pytest.fixture(scope="module")
