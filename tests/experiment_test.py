@@ -378,8 +378,9 @@ def test_feed_forward_agent_trains_and_test_mode_reads_it_from_the_checkpoint(
     tmp_path,
 ):
     """--use_lstm=false end to end: training writes a checkpoint without the
-    LSTM core, and test mode without the flag (default true) finds that out
-    from the checkpoint, says so, and plays."""
+    LSTM core, and test mode without the flag (default true) plays with it:
+    from the run's record, and, in a logdir without one (a run made before
+    records), from the checkpoint, saying so."""
     logdir = str(tmp_path / "ff")
     result = run_experiment(
         *SMALL,
@@ -392,6 +393,10 @@ def test_feed_forward_agent_trains_and_test_mode_reads_it_from_the_checkpoint(
     assert any(n.startswith("agent/shallow_torso/") for n in names)
     assert not any("core_lstm" in n for n in names)
     assert checkpoints.saved_agent(logdir, ())[1] is False
+    from runtime import run_record
+
+    assert run_record.read(logdir)["settings"]["use_lstm"]["value"] is False
+    os.remove(os.path.join(logdir, run_record.RECORD_FILE))
     result = run_experiment(
         "--level_name=atari/pong",
         f"--logdir={logdir}",

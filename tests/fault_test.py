@@ -303,6 +303,10 @@ def damaged_nan_run(logdir, sigterm_run):
         logdir,
         "damaged_nan",
         f"--total_environment_frames={FAR_TARGET}",
+        # A resume takes what it is not given from the run's record (the
+        # runs before saved every second): the default, so that no save
+        # but the start's comes before the NaN.
+        "--save_checkpoint_secs=600",
         script=NAN_SCRIPT,
         env={**os.environ, nan_rewards.AT_STEP_VARIABLE: "100"},
     )
@@ -748,6 +752,8 @@ def cluster_actor_unroll(failures: int, monkeypatch):
         confirm_finished=None,
         uninitialized=None,
         learner_tasks=None,
+        settings="",
+        chiefs_settings=None,
     )
     calls = []
 

@@ -158,12 +158,15 @@ def test_a_command_line_flag_wins_over_the_fallbacks_settings(monkeypatch):
     experiment.parse_flags(["experiment.py"])
 
 
-@pytest.mark.parametrize("args", [["--mode=test"], ["--task=0"]])
-def test_no_fallback_settings_for_test_mode_or_a_cluster_task(monkeypatch, args):
+def test_no_fallback_settings_for_test_mode_but_for_a_cluster_task(monkeypatch):
+    """Test mode reads the run's record instead; a cluster's task is the
+    same experiment as one machine's."""
     import experiment
 
-    f = fallback_flags(monkeypatch, *args)
+    f = fallback_flags(monkeypatch, "--mode=test")
     assert not f["batch_size"].present and f.batch_size == 2
+    f = fallback_flags(monkeypatch, "--job_name=learner", "--task=0")
+    assert f.batch_size == flag_file_values(f)["batch_size"] != 2
     experiment.parse_flags(["experiment.py"])
 
 
