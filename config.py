@@ -91,6 +91,11 @@ class LearnerConfig:
     popart_beta: float = DEFAULTS["popart_beta"]
     level_names: tuple[str, ...] = ()
     optimizer: str = DEFAULTS["optimizer"]
+    # The targets' correction (learner/loss.py, OFF_POLICY_CORRECTIONS) and
+    # its clipping thresholds.
+    off_policy_correction: str = DEFAULTS["off_policy_correction"]
+    rho_bar: float = DEFAULTS["rho_bar"]
+    c_bar: float = DEFAULTS["c_bar"]
     # Frames over which the learning rate decays linearly to 0; 0 means
     # total_environment_frames (the paper's schedule).
     learning_rate_decay_frames: int = DEFAULTS["learning_rate_decay_frames"]
@@ -230,6 +235,8 @@ def validate_flags(
     require(f.max_grad_norm >= 0.0, "max_grad_norm", "must be >= 0 (0 turns it off).")
     require(f.epsilon > 0.0, "epsilon", "must be > 0.")
     require(f.entropy_cost >= 0.0, "entropy_cost", "must be >= 0.")
+    require(f.rho_bar > 0.0, "rho_bar", "must be > 0 (the paper's 1).")
+    require(f.c_bar > 0.0, "c_bar", "must be > 0 (the paper's 1).")
     require(f.baseline_cost >= 0.0, "baseline_cost", "must be >= 0.")
     require(
         0.0 < f.popart_beta <= 1.0,

@@ -42,7 +42,7 @@ from config import (
 )
 from evaluation import checkpoint_agent, test_mode
 from families.contract import FamilyFlag
-from learner.loss import REWARD_CLIPPINGS
+from learner.loss import OFF_POLICY_CORRECTIONS, REWARD_CLIPPINGS
 from learner.update import OPTIMIZERS
 from runtime import checkpoints, run_record, sessions, settings
 from runtime.errors import FlagError, LogdirError, TrainingError
@@ -57,6 +57,7 @@ CHOICES = {
     "agent": list(agent_lib.TORSOS),
     "torso_dtype": [*agent_lib.TORSO_DTYPES, cpu_features.TORSO_DTYPE_AUTO],
     "reward_clipping": list(REWARD_CLIPPINGS),
+    "off_policy_correction": list(OFF_POLICY_CORRECTIONS),
     "optimizer": list(OPTIMIZERS),
 }
 for _setting in settings.SETTINGS:

@@ -6,7 +6,7 @@ batch B, and any further dimensions (e.g. K value heads) broadcast.
 For s = 0 .. T-1, with rho_s = exp(log_rho_s) = pi(a_s|x_s) / mu(a_s|x_s):
 
     clipped rho_s  = min(clip_rho_threshold, rho_s)
-    c_s            = min(1, rho_s)                 (trace cutting, as in the paper)
+    c_s            = min(clip_c_threshold, rho_s)  (trace cutting; the paper's c-bar is 1)
     delta_s        = clipped rho_s * (r_s + gamma_s V(x_{s+1}) - V(x_s))
     v_s            = V(x_s) + sum_{t>=s} (prod_{i=s}^{t-1} gamma_i c_i) delta_t
     pg_advantage_s = clipped pg rho_s * (r_s + gamma_s v_{s+1} - V(x_s))
@@ -120,6 +120,8 @@ def from_logits(
     clip_rho_threshold: float | tf.Tensor | None = 1.0,
     clip_pg_rho_threshold: float | tf.Tensor | None = 1.0,
     name: str = "vtrace_from_logits",
+    *,
+    clip_c_threshold: float | tf.Tensor | None = 1.0,
 ) -> VTraceFromLogitsReturns:
     """V-trace targets for softmax policies given as logits.
 
@@ -139,6 +141,8 @@ def from_logits(
       clip_pg_rho_threshold: scalar, clip for the rhos of the policy-gradient
         advantages; None disables clipping.
       name: name scope for the ops.
+      clip_c_threshold: (keyword only, beyond the reference's API) scalar
+        c-bar, the clip of the trace coefficients c_s; None disables it.
 
     Returns:
       VTraceFromLogitsReturns with
@@ -193,6 +197,7 @@ def from_logits(
             bootstrap_value=bootstrap_value,
             clip_rho_threshold=clip_rho_threshold,
             clip_pg_rho_threshold=clip_pg_rho_threshold,
+            clip_c_threshold=clip_c_threshold,
         )
         return VTraceFromLogitsReturns(
             vs=vtrace_returns.vs,
@@ -230,6 +235,8 @@ def from_importance_weights(
     clip_rho_threshold: float | tf.Tensor | None = 1.0,
     clip_pg_rho_threshold: float | tf.Tensor | None = 1.0,
     name: str = "vtrace_from_importance_weights",
+    *,
+    clip_c_threshold: float | tf.Tensor | None = 1.0,
 ) -> VTraceReturns:
     """V-trace targets from log importance weights.
 
@@ -250,6 +257,9 @@ def from_importance_weights(
       clip_pg_rho_threshold: scalar clip for the rhos that weight the
         policy-gradient advantages; None disables clipping.
       name: name scope for the ops.
+      clip_c_threshold: (keyword only, beyond the reference's API) scalar
+        c-bar for the trace coefficients c_s (the paper's 1); None disables
+        clipping.
 
     Returns:
       VTraceReturns(vs, pg_advantages), both float with the broadcast shape of
@@ -274,6 +284,7 @@ def from_importance_weights(
     clip_pg_rho_threshold = _threshold(
         clip_pg_rho_threshold, "clip_pg_rho_threshold", dtype
     )
+    clip_c_threshold = _threshold(clip_c_threshold, "clip_c_threshold", dtype)
 
     # --- Build-time shape checks, so mistakes fail here and not in a session.
     rank = log_rhos.shape.rank
@@ -312,7 +323,10 @@ def from_importance_weights(
             clipped_rhos = tf.minimum(clip_rho_threshold, rhos, name="clipped_rhos")
         else:
             clipped_rhos = rhos
-        cs = tf.minimum(tf.ones([], dtype), rhos, name="cs")
+        if clip_c_threshold is not None:
+            cs = tf.minimum(clip_c_threshold, rhos, name="cs")
+        else:
+            cs = tf.identity(rhos, name="cs")
 
         # V(x_{s+1}) for s = 0 .. T-1, with V(x_T) = bootstrap_value.
         values_t_plus_1 = tf.concat(

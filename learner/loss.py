@@ -3,7 +3,8 @@
 `compute_loss` is a pure function (no variables, no side effects, no device
 placement) from the learner's outputs, the actors' outputs and the
 environment's outputs of a batch ([T + 1, B, ...]) to the paper's three loss
-terms and the V-trace targets; each term has its own function, tested term
+terms and their targets (V-trace, or one of the paper's alternatives,
+`off_policy_targets`); each term has its own function, tested term
 by term against NumPy (tests/loss_test.py). Change the loss here; the
 optimiser step that applies it is update.py.
 """
@@ -24,6 +25,28 @@ Losses = collections.namedtuple("Losses", "total policy_gradient baseline entrop
 
 
 REWARD_CLIPPINGS = ("abs_one", "soft_asymmetric", "none")
+
+# The off-policy corrections of the paper's section 5.2.2 (its Table 2), with
+# rho_s = pi(a_s|x_s) / mu(a_s|x_s) (learner over actor), rho-bar and c-bar
+# the clipping thresholds (--rho_bar, --c_bar):
+#   vtrace: V-trace (section 4): v_s = V(x_s) + sum_t (prod_i gamma_i c_i)
+#     delta_t, delta_t = min(rho-bar, rho_t)(r_t + gamma_t V(x_{t+1}) -
+#     V(x_t)), c_i = min(c-bar, rho_i); pg_advantage_s = min(rho-bar, rho_s)
+#     (r_s + gamma_s v_{s+1} - V(x_s)).
+#   no_correction: the same with every rho = 1, as if the actor's policy
+#     were the learner's: v_s are n-step bootstrapped returns.
+#   epsilon_correction: no_correction's targets, and the policy gradient
+#     through log(pi(a_s|x_s) + epsilon), epsilon = 1e-6 (the paper, after
+#     GA3C: it keeps log pi finite where pi(a) is tiny).
+#   one_step_is: 1-step importance sampling: no_correction's value targets;
+#     each step's policy-gradient advantage times min(rho-bar, rho_s).
+OFF_POLICY_CORRECTIONS = (
+    "vtrace",
+    "no_correction",
+    "epsilon_correction",
+    "one_step_is",
+)
+EPSILON_CORRECTION = 1e-6
 
 
 def clip_rewards(rewards: tf.Tensor, mode: str) -> tf.Tensor:
@@ -53,13 +76,74 @@ def compute_entropy_loss(logits: tf.Tensor) -> tf.Tensor:
 
 
 def compute_policy_gradient_loss(
-    logits: tf.Tensor, actions: tf.Tensor, advantages: tf.Tensor
+    logits: tf.Tensor,
+    actions: tf.Tensor,
+    advantages: tf.Tensor,
+    epsilon: float = 0.0,
 ) -> tf.Tensor:
-    """-sum log pi(a|x) * advantage over [T, B]; advantages get no gradient."""
-    cross_entropy = tf.nn.sparse_softmax_cross_entropy_with_logits(
-        labels=actions, logits=logits
-    )
+    """-sum log pi(a|x) * advantage over [T, B]; advantages get no gradient.
+    With `epsilon` > 0, log(pi(a|x) + epsilon) instead (epsilon_correction)."""
+    if epsilon:
+        policy = tf.nn.softmax(logits)
+        taken = tf.gather(policy, actions, batch_dims=2)  # [T, B]
+        cross_entropy = -tf.math.log(taken + epsilon)
+    else:
+        cross_entropy = tf.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=actions, logits=logits
+        )
     return tf.reduce_sum(cross_entropy * tf.stop_gradient(advantages))
+
+
+def off_policy_targets(
+    correction: str,
+    behaviour_logits: tf.Tensor,
+    logits: tf.Tensor,
+    actions: tf.Tensor,
+    discounts: tf.Tensor,
+    rewards: tf.Tensor,
+    values: tf.Tensor,
+    bootstrap_value: tf.Tensor,
+    rho_bar: float = 1.0,
+    c_bar: float = 1.0,
+) -> vtrace.VTraceFromLogitsReturns:
+    """The value targets `vs` and `pg_advantages` [T, B] of one of
+    OFF_POLICY_CORRECTIONS (see above), from the actors' and the learner's
+    logits [T, B, A], the actions, discounts, rewards, values [T, B] and the
+    bootstrap value [B]. `log_rhos` and the log-probabilities are the real
+    ones whatever the correction (the summaries show the policy lag's
+    effect)."""
+    if correction not in OFF_POLICY_CORRECTIONS:
+        raise ValueError(
+            f"Unknown off-policy correction {correction!r}: one of "
+            f"{', '.join(OFF_POLICY_CORRECTIONS)}."
+        )
+    corrected = vtrace.from_logits(
+        behaviour_policy_logits=behaviour_logits,
+        target_policy_logits=logits,
+        actions=actions,
+        discounts=discounts,
+        rewards=rewards,
+        values=values,
+        bootstrap_value=bootstrap_value,
+        clip_rho_threshold=rho_bar,
+        clip_pg_rho_threshold=rho_bar,
+        clip_c_threshold=c_bar,
+    )
+    if correction == "vtrace":
+        return corrected
+    # Every importance weight 1: the targets as if mu were pi.
+    uncorrected = vtrace.from_importance_weights(
+        log_rhos=tf.zeros_like(corrected.log_rhos),
+        discounts=discounts,
+        rewards=rewards,
+        values=values,
+        bootstrap_value=bootstrap_value,
+    )
+    pg_advantages = uncorrected.pg_advantages
+    if correction == "one_step_is":
+        rhos = tf.minimum(tf.exp(corrected.log_rhos), rho_bar)
+        pg_advantages = tf.stop_gradient(rhos * pg_advantages)
+    return corrected._replace(vs=uncorrected.vs, pg_advantages=pg_advantages)
 
 
 LossOutputs = collections.namedtuple(
@@ -89,7 +173,8 @@ def compute_loss(
         [T + 1, B] (int32) and behaviour `policy_logits` [T + 1, B, A].
       env_outputs: StepOutput of [T + 1, B, ...]: `reward` [T + 1, B] float32
         and `done` [T + 1, B] bool (info and observation are not used).
-      config: reward_clipping, discounting, baseline_cost, entropy_cost.
+      config: reward_clipping, discounting, baseline_cost, entropy_cost, and
+        the off-policy correction with its rho_bar and c_bar.
       popart_batch: None for the paper's loss. With PopArt (popart.py): the
         learner's `baseline` is [T + 1, B, L] normalised values, and this
         gives each trajectory's level `level_ids` [B] and the statistics
@@ -125,14 +210,17 @@ def compute_loss(
     clipped_rewards = clip_rewards(rewards, config.reward_clipping)
     discounts = tf.cast(~done, tf.float32) * config.discounting
 
-    vtrace_returns = vtrace.from_logits(
-        behaviour_policy_logits=behaviour_logits,
-        target_policy_logits=logits,
-        actions=actions,
-        discounts=discounts,
-        rewards=clipped_rewards,
-        values=values,
-        bootstrap_value=bootstrap_value,
+    vtrace_returns = off_policy_targets(
+        config.off_policy_correction,
+        behaviour_logits,
+        logits,
+        actions,
+        discounts,
+        clipped_rewards,
+        values,
+        bootstrap_value,
+        rho_bar=config.rho_bar,
+        c_bar=config.c_bar,
     )
 
     pg_advantages = vtrace_returns.pg_advantages
@@ -140,7 +228,12 @@ def compute_loss(
     if popart_batch is not None:
         pg_advantages = pg_advantages / scale
         baseline_advantages = (vtrace_returns.vs - mean) / scale - normalised[:-1]
-    pg_loss = compute_policy_gradient_loss(logits, actions, pg_advantages)
+    epsilon = (
+        EPSILON_CORRECTION
+        if config.off_policy_correction == "epsilon_correction"
+        else 0
+    )
+    pg_loss = compute_policy_gradient_loss(logits, actions, pg_advantages, epsilon)
     baseline_loss = config.baseline_cost * compute_baseline_loss(baseline_advantages)
     entropy_loss = config.entropy_cost * compute_entropy_loss(logits)
     total_loss = pg_loss + baseline_loss + entropy_loss

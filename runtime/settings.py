@@ -209,6 +209,30 @@ SETTINGS: tuple[Setting, ...] = (
         choices=(),
     ),
     Setting(
+        "off_policy_correction",
+        "vtrace",
+        "The targets' off-policy correction (the paper's section 5.2.2): "
+        "vtrace, no_correction, epsilon_correction (log(pi + 1e-6) in the "
+        "policy gradient) or one_step_is (1-step importance sampling); "
+        "learner/loss.py has each formula.",
+        "learner",
+        choices=(),
+    ),
+    Setting(
+        "rho_bar",
+        1.0,
+        "rho-bar: the clip of the importance weights in the value targets "
+        "and the policy-gradient advantages (the paper's 1; it also tried 10 "
+        "and 100).",
+        "learner",
+    ),
+    Setting(
+        "c_bar",
+        1.0,
+        "c-bar: the clip of V-trace's trace coefficients c_s (the paper's 1).",
+        "learner",
+    ),
+    Setting(
         "popart",
         False,
         "PopArt value normalisation per level (popart.py).",

@@ -254,3 +254,130 @@ def test_compute_loss_places_nothing_on_a_device():
         with tf.device("/cpu:0"):
             tf.constant(1.0)
         assert {op.device for op in graph.get_operations()} != {""}
+
+
+# -- the paper's off-policy corrections (section 5.2.2) ---------------------------
+
+CORRECTIONS = ("vtrace", "no_correction", "epsilon_correction", "one_step_is")
+
+
+def numpy_corrected(data: dict, learner_config: LearnerConfig) -> dict:
+    """vs, pg_advantages and the loss terms of `learner_config`'s correction
+    by their definitions (learner/loss.py's table), float64."""
+    logits = data["learner_logits"][:-1]
+    values = data["baseline"][:-1]
+    bootstrap = data["baseline"][-1]
+    actions = data["actions"][1:]
+    rewards = np.clip(data["rewards"][1:], -1, 1)
+    discounts = (~data["done"][1:]) * learner_config.discounting
+    log_policy = numpy_log_softmax(logits)
+    take = np.take_along_axis
+    log_pi = take(log_policy, actions[..., None], -1)[..., 0]
+    log_mu = take(
+        numpy_log_softmax(data["behaviour_logits"][1:]), actions[..., None], -1
+    )[..., 0]
+    rho_bar, c_bar = learner_config.rho_bar, learner_config.c_bar
+    correction = learner_config.off_policy_correction
+    if correction == "vtrace":
+        vs, pg = numpy_vtrace(
+            log_pi - log_mu,
+            discounts,
+            rewards,
+            values,
+            bootstrap,
+            rho_bar,
+            rho_bar,
+            c_bar,
+        )
+    else:
+        vs, pg = numpy_vtrace(
+            np.zeros_like(log_pi), discounts, rewards, values, bootstrap
+        )
+        if correction == "one_step_is":
+            pg = np.minimum(rho_bar, np.exp(log_pi - log_mu)) * pg
+    if correction == "epsilon_correction":
+        log_taken = np.log(np.exp(log_pi) + 1e-6)
+    else:
+        log_taken = log_pi
+    policy_gradient = -(log_taken * pg).sum()
+    baseline = learner_config.baseline_cost * 0.5 * ((vs - values) ** 2).sum()
+    entropy = learner_config.entropy_cost * (np.exp(log_policy) * log_policy).sum()
+    return {
+        "vs": vs,
+        "pg_advantages": pg,
+        "policy_gradient": policy_gradient,
+        "baseline": baseline,
+        "total": policy_gradient + baseline + entropy,
+    }
+
+
+@pytest.mark.parametrize("correction", CORRECTIONS)
+@pytest.mark.parametrize("rho_bar,c_bar", [(1.0, 1.0), (10.0, 0.5)])
+def test_each_correction_matches_numpy_term_by_term(correction, rho_bar, c_bar):
+    data = batch(3)
+    learner_config = config(
+        off_policy_correction=correction, rho_bar=rho_bar, c_bar=c_bar
+    )
+    got, want = run_loss(data, learner_config), numpy_corrected(data, learner_config)
+    for term in ("vs", "pg_advantages", "policy_gradient", "baseline", "total"):
+        np.testing.assert_allclose(
+            got[term], want[term], rtol=1e-4, atol=1e-4, err_msg=term
+        )
+
+
+def test_the_four_corrections_agree_when_the_policies_are_equal():
+    data = batch(4)
+    # The actor's logits at t + 1 are the learner's at t (the alignment).
+    data["behaviour_logits"][1:] = data["learner_logits"][:-1]
+    outs = {c: run_loss(data, config(off_policy_correction=c)) for c in CORRECTIONS}
+    for correction, out in outs.items():
+        for term in ("vs", "pg_advantages", "baseline"):
+            np.testing.assert_allclose(
+                out[term],
+                outs["vtrace"][term],
+                rtol=1e-5,
+                atol=1e-6,
+                err_msg=correction,
+            )
+        # epsilon_correction's log(pi + 1e-6) moves the policy term a hair.
+        np.testing.assert_allclose(
+            out["total"], outs["vtrace"]["total"], rtol=1e-4, err_msg=correction
+        )
+
+
+def test_no_correction_differs_from_vtrace_when_the_policies_differ():
+    data = batch(5)
+    vtrace_out = run_loss(data, config(off_policy_correction="vtrace"))
+    plain = run_loss(data, config(off_policy_correction="no_correction"))
+    assert not np.allclose(plain["vs"], vtrace_out["vs"], atol=1e-3)
+    assert not np.allclose(
+        plain["pg_advantages"], vtrace_out["pg_advantages"], atol=1e-3
+    )
+
+
+def test_one_step_is_weights_the_uncorrected_advantages_by_the_clipped_rhos():
+    """1-step importance sampling: V-trace's policy-gradient term (its rho
+    clipped at rho-bar) with the value targets uncorrected."""
+    data = batch(6)
+    one_step = run_loss(data, config(off_policy_correction="one_step_is"))
+    plain = run_loss(data, config(off_policy_correction="no_correction"))
+    actions = data["actions"][1:, ..., None]
+    log_pi = np.take_along_axis(
+        numpy_log_softmax(data["learner_logits"][:-1]), actions, -1
+    )
+    log_mu = np.take_along_axis(
+        numpy_log_softmax(data["behaviour_logits"][1:]), actions, -1
+    )
+    rhos = np.minimum(1.0, np.exp(log_pi - log_mu))[..., 0]
+    np.testing.assert_allclose(one_step["vs"], plain["vs"], rtol=1e-6)
+    np.testing.assert_allclose(
+        one_step["pg_advantages"], rhos * plain["pg_advantages"], rtol=1e-4, atol=1e-6
+    )
+    assert np.any(rhos < 0.99)  # the weights did something
+
+
+def test_an_unknown_correction_is_named():
+    from learner.loss import off_policy_targets
+
+    with tf.Graph().as_default(), pytest.raises(ValueError, match="'retrace'"):
+        off_policy_targets("retrace", *[tf.zeros([1, 1, 2])] * 2, *[None] * 5)

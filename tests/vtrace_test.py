@@ -32,12 +32,13 @@ def numpy_vtrace(
     bootstrap_value,
     clip_rho_threshold=1.0,
     clip_pg_rho_threshold=1.0,
+    clip_c_threshold=1.0,
 ):
     """V-trace targets by the definition, O(T^2), float64.
 
     v_s = V(x_s) + sum_{t=s}^{T-1} (prod_{i=s}^{t-1} gamma_i c_i) delta_t
     delta_t = min(rho_bar, rho_t) (r_t + gamma_t V(x_{t+1}) - V(x_t))
-    c_i = min(1, rho_i)
+    c_i = min(c_bar, rho_i)  (c_bar = clip_c_threshold, the paper's 1)
     pg_s = min(pg_rho_bar, rho_s) (r_s + gamma_s v_{s+1} - V(x_s)), v_T = V(x_T)
 
     Inputs are time-major numpy arrays that broadcast against each other.
@@ -49,7 +50,7 @@ def numpy_vtrace(
     num_steps = values.shape[0]
     rhos = np.exp(log_rhos)
     rho_bar_rhos = _clip(rhos, clip_rho_threshold)
-    cs = np.minimum(1.0, rhos)
+    cs = _clip(rhos, clip_c_threshold)
 
     def value_at(s):  # V(x_s) for s = 0 .. T, with V(x_T) the bootstrap.
         return bootstrap_value if s == num_steps else values[s]
@@ -552,6 +553,8 @@ def test_public_api_matches_reference():
         ("clip_rho_threshold", 1.0),
         ("clip_pg_rho_threshold", 1.0),
         ("name", "vtrace_from_importance_weights"),
+        # Ours, keyword-only after the reference's: c-bar.
+        ("clip_c_threshold", 1.0),
     ]
     assert params(vtrace.from_logits) == [
         ("behaviour_policy_logits", empty),
@@ -564,6 +567,7 @@ def test_public_api_matches_reference():
         ("clip_rho_threshold", 1.0),
         ("clip_pg_rho_threshold", 1.0),
         ("name", "vtrace_from_logits"),
+        ("clip_c_threshold", 1.0),
     ]
 
 
@@ -573,3 +577,17 @@ def test_ops_live_under_the_name_scope():
         out = vtrace.from_importance_weights(name="my_vtrace", **inputs)
         assert out.vs.name.startswith("my_vtrace/")
         assert out.pg_advantages.name.startswith("my_vtrace/")
+
+
+@pytest.mark.parametrize("c_bar", [0.5, 2.0, None])
+def test_c_bar_clips_the_trace_coefficients(c_bar):
+    """c_s = min(c-bar, rho_s): against the definition, for a c-bar below 1,
+    above it and none."""
+    inputs = make_inputs(4, 3, 2)
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        out = session.run(
+            vtrace.from_importance_weights(**inputs, clip_c_threshold=c_bar)
+        )
+    vs, pg = numpy_vtrace(**inputs, clip_c_threshold=c_bar)
+    np.testing.assert_allclose(out.vs, vs, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out.pg_advantages, pg, rtol=1e-5, atol=1e-5)
