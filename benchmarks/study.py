@@ -462,6 +462,44 @@ def draw_figure(records: list[dict], path: str, title: str) -> None:
     print(f"Figure: {path}")
 
 
+# -- the table ----------------------------------------------------------------------
+
+
+def markdown_table(records: list[dict]) -> str:
+    """A row per record: frames and minutes trained, the mean of the last
+    100 training games (episodes where the log has no games), the test
+    mean over its episodes with their range, and the human-normalised test
+    score where the level has one."""
+    rows = [
+        "| arm | frames | minutes | training, last 100 | test (episodes, range) "
+        "| human-normalised |",
+        "| --- | ---: | ---: | ---: | --- | ---: |",
+    ]
+    for record in records:
+        curve = record.get("curve") or [{}]
+        unit = "games" if record.get("unit") == "game" else "episodes"
+        cells = [
+            record.get("arm", "?"),
+            f"{record.get('frames', 0) / 1e6:.1f} M",
+            f"{curve[-1].get('minutes', 0):.0f}",
+            f"{record.get('last_mean')} ({unit})",
+        ]
+        levels = record.get("test", {}).get("levels", {})
+        if levels:
+            (result,) = levels.values()
+            returns = result["returns"]
+            cells.append(
+                f"{result['mean_return']:.1f} ({len(returns)}, "
+                f"{min(returns):g} to {max(returns):g})"
+            )
+            score = result.get("human_normalized")
+            cells.append("-" if score is None else f"{score:.1f} %")
+        else:
+            cells += ["not tested", "-"]
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
 # -- the command line -------------------------------------------------------------
 
 
@@ -495,6 +533,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=None, help="per arm")
     parser.add_argument("--beside", default="", help="what else runs (a note)")
     parser.add_argument("--figure", default=None)
+    parser.add_argument(
+        "--table",
+        action="store_true",
+        help="print the records' Markdown table and exit (nothing trains)",
+    )
     parser.add_argument("--program", default=os.path.join(common.REPO, "experiment.py"))
     args = parser.parse_args(argv)
     try:
@@ -513,6 +556,13 @@ def main(argv: list[str] | None = None) -> int:
             ]
         if not arms:
             raise StudyError("No arms: name a study or give --arm 'NAME: FLAGS'.")
+        if args.table:
+            found = [
+                load_record(os.path.join(args.results, f"{arm.name}.json"))
+                for arm in arms
+            ]
+            print(markdown_table([r for r in found if r is not None]))
+            return 0
         if args.only:
             wanted = args.only.split(",")
             unknown = [w for w in wanted if w not in {a.name for a in arms}]

@@ -214,3 +214,30 @@ def test_a_suite_game_the_installed_ale_py_lacks_is_one_error_naming_it(monkeypa
     message = str(error.value)
     assert "no ROM for double_dunk" in message
     assert "pip install -r requirements.txt" in message
+
+
+def test_the_table_gives_each_record_its_row():
+    trained = {
+        "arm": "pong",
+        "frames": 40_000_000,
+        "unit": "game",
+        "last_mean": 18.5,
+        "curve": [{"minutes": 3.0}, {"minutes": 81.4}],
+        "test": {
+            "levels": {
+                "atari/pong": {
+                    "mean_return": 19.0,
+                    "returns": [18.0, 20.0],
+                    "human_normalized": 112.5,
+                }
+            }
+        },
+    }
+    running = {"arm": "qbert", "frames": 1_200_000, "last_mean": 150.0, "curve": []}
+    header, rule, pong, qbert = study.markdown_table([trained, running]).splitlines()
+    assert header.startswith("| arm | frames | minutes | training, last 100 |")
+    assert rule.count("|") == header.count("|")
+    assert (
+        pong == "| pong | 40.0 M | 81 | 18.5 (games) | 19.0 (2, 18 to 20) | 112.5 % |"
+    )
+    assert qbert == "| qbert | 1.2 M | 0 | 150.0 (episodes) | not tested | - |"
