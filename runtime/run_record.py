@@ -143,9 +143,18 @@ def restore(
     for name, entry in record["settings"].items():
         if name in PROCESS_SETTINGS or flag_values[name].present:
             continue
+        if name == "envs_per_process" and _unfit(flag_values, entry["value"]):
+            # It depends on --envs_per_actor, given anew: it follows that
+            # flag (the family's defaults or the declared default decide).
+            continue
         flag_values[name].parse(flag_text(entry["value"]))
         restored[name] = entry["value"]
     return restored
+
+
+def _unfit(flag_values, envs_per_process: int) -> bool:
+    given = flag_values["envs_per_actor"]
+    return given.present and given.value % int(envs_per_process) != 0
 
 
 def fixed_differences(record: Mapping | None, settings: Mapping) -> list[str]:

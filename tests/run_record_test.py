@@ -298,3 +298,29 @@ def test_the_committed_agent_has_its_record():
     assert values(
         resolved(f"--flagfile={os.path.join(logdir, run_record.FLAGFILE)}")
     ) == values(resolved(f"--flagfile={REPO_ROOT}/flagfiles/pong_shallow.cfg"))
+
+
+def test_a_resume_that_gives_a_layout_flag_anew_has_the_settings_follow_it(
+    tmp_path,
+):
+    """The run had 2 environments an actor, 2 to a process; a resume given
+    --envs_per_actor=1 alone gets 1 to a process, not the record's 2."""
+    logdir = tmp_path / "run"
+    logdir.mkdir()
+    record = {
+        "settings": {
+            "envs_per_actor": {"value": 2, "source": "command line"},
+            "envs_per_process": {"value": 2, "source": "family defaults (x)"},
+            "learning_rate": {"value": 0.001, "source": "command line"},
+        }
+    }
+    (logdir / run_record.RECORD_FILE).write_text(json.dumps(record))
+    settings = resolved(
+        "--level_name=atari/pong", "--envs_per_actor=1", f"--logdir={logdir}"
+    )
+    assert (
+        settings["envs_per_actor"]["value"]
+        == settings["envs_per_process"]["value"]
+        == 1
+    )
+    assert settings["learning_rate"] == {"value": 0.001, "source": "run record"}
