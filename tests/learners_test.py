@@ -483,21 +483,16 @@ def test_the_progress_line_shows_each_learners_queue():
     assert line.endswith("| queues 0,1"), line
 
 
-@pytest.mark.parametrize("signum,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_a_chief_waiting_for_its_learner_tasks_says_so_and_stops_at_a_signal(
-    tmp_path, signum, code
-):
-    """The chief of 2 learner tasks, started alone: it names the task it
-    waits for, and a signal ends it at once with 128 + the signal (nothing
-    to checkpoint yet), instead of it waiting in TensorFlow's session
-    creation, deaf to signals, for a task that never comes."""
+def start_lone_chief(tmp_path, learner_1_port: int) -> tuple[subprocess.Popen, object]:
+    """The chief of 2 learner tasks and 2 actor tasks, started alone, with
+    learner task 1 at `learner_1_port`; (its process, its log's path)."""
     from run_helpers import command
 
     from cluster import ports
 
-    free_ports = ports.pick_free_ports(4)
-    learners = f"127.0.0.1:{free_ports[0]},127.0.0.1:{free_ports[1]}"
-    actors = f"127.0.0.1:{free_ports[2]},127.0.0.1:{free_ports[3]}"
+    free_ports = ports.pick_free_ports(3)
+    learners = f"127.0.0.1:{free_ports[0]},127.0.0.1:{learner_1_port}"
+    actors = f"127.0.0.1:{free_ports[1]},127.0.0.1:{free_ports[2]}"
     log_path = tmp_path / "chief.log"
     with open(log_path, "wb") as log:
         chief = subprocess.Popen(
@@ -516,7 +511,22 @@ def test_a_chief_waiting_for_its_learner_tasks_says_so_and_stops_at_a_signal(
             stderr=subprocess.STDOUT,
             env={k: v for k, v in os.environ.items() if k != "TF_CONFIG"},
         )
-    waiting = f"waiting for learner task(s) 1 at 127.0.0.1:{free_ports[1]} ("
+    return chief, log_path
+
+
+@pytest.mark.parametrize("signum,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_chief_waiting_for_its_learner_tasks_says_so_and_stops_at_a_signal(
+    tmp_path, signum, code
+):
+    """The chief of 2 learner tasks, started alone: it names the task it
+    waits for, and a signal ends it at once with 128 + the signal (nothing
+    to checkpoint yet), instead of it waiting in TensorFlow's session
+    creation, deaf to signals, for a task that never comes."""
+    from cluster import ports
+
+    (port,) = ports.pick_free_ports(1)
+    chief, log_path = start_lone_chief(tmp_path, port)
+    waiting = f"waiting for learner task(s) 1 at 127.0.0.1:{port} ("
     try:
         # The event, with a deadline only against a hang: the line.
         deadline = time.monotonic() + 300
@@ -542,34 +552,10 @@ def test_a_chief_stuck_creating_its_session_stops_at_sigterm(tmp_path):
     no flag is read; SIGTERM still ends it at once, with 143."""
     import socket
 
-    from run_helpers import command
-
-    from cluster import ports
-
     silent = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     silent.bind(("127.0.0.1", 0))
     silent.listen(16)
-    free_ports = ports.pick_free_ports(3)
-    learners = f"127.0.0.1:{free_ports[0]},127.0.0.1:{silent.getsockname()[1]}"
-    actors = f"127.0.0.1:{free_ports[1]},127.0.0.1:{free_ports[2]}"
-    log_path = tmp_path / "chief.log"
-    with open(log_path, "wb") as log:
-        chief = subprocess.Popen(
-            command(
-                "--job_name=learner",
-                "--task=0",
-                "--num_learners=2",
-                f"--learner_host={learners}",
-                f"--actor_hosts={actors}",
-                "--num_actors=2",
-                "--level_name=atari/pong",
-                "--agent=shallow",
-                f"--logdir={tmp_path / 'run'}",
-            ),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={k: v for k, v in os.environ.items() if k != "TF_CONFIG"},
-        )
+    chief, log_path = start_lone_chief(tmp_path, silent.getsockname()[1])
     creating = "Learner task 0: creating its session with the cluster's tasks"
     try:
         deadline = time.monotonic() + 300
