@@ -60,19 +60,8 @@ CHOICES = {
     "off_policy_correction": list(OFF_POLICY_CORRECTIONS),
     "optimizer": list(OPTIMIZERS),
 }
-for _setting in settings.SETTINGS:
-    if _setting.choices is not None:
-        flags.DEFINE_enum(
-            _setting.name,
-            _setting.default,
-            list(_setting.choices) or CHOICES[_setting.name],
-            _setting.help,
-        )
-    else:
-        _kind = {bool: "bool", int: "integer", float: "float", str: "string"}
-        getattr(flags, f"DEFINE_{_kind[type(_setting.default)]}")(
-            _setting.name, _setting.default, _setting.help
-        )
+for _define, _arguments in settings.flag_definitions(settings.SETTINGS, CHOICES):
+    getattr(flags, _define)(**_arguments)
 
 FLAGS = flags.FLAGS
 # The command line of this run (argv[0] first), for its record's sources.
@@ -145,10 +134,7 @@ def is_cluster_task(f: flags.FlagValues) -> bool:
 
 def experiment_flag_names(f: flags.FlagValues = FLAGS) -> list[str]:
     """The settings a run records: this script's flags and the families'."""
-    names = set(_family_flags)
-    for module, module_flags in f.flags_by_module_dict().items():
-        if os.path.basename(module).removesuffix(".py") in ("experiment", "__main__"):
-            names.update(flag.name for flag in module_flags)
+    names = set(_family_flags) | set(settings.DEFAULTS)
     return sorted(name for name in names if name in f)
 
 

@@ -51,86 +51,28 @@ from collections.abc import Sequence
 from absl import app, flags
 
 from cluster import addresses, hosts, ports
-from runtime import child_main
-
-_HERE = os.path.dirname(os.path.abspath(__file__))
+from runtime import child_main, settings
 
 # launch.py's flags live in their own FlagValues, not absl's global FLAGS:
 # experiment.py defines flags of the same names (num_actors, logdir, ...), and
 # a process (a test run) that imports both modules must not clash.
 FLAGS = flags.FlagValues()
-flags.DEFINE_integer(
-    "num_actors", 4, "Number of actor tasks (also forwarded).", flag_values=FLAGS
-)
-flags.DEFINE_integer(
-    "num_learners",
-    1,
-    "Number of learner tasks, one tower each (also forwarded).",
-    flag_values=FLAGS,
-)
-flags.DEFINE_string(
-    "logdir",
-    "/tmp/agent",
-    "Log directory (also forwarded); task logs go to <logdir>/logs/<job>_<task>.log.",
-    flag_values=FLAGS,
-)
-flags.DEFINE_string(
-    "learner_host",
-    "",
-    "HOST:PORT of the learner task (comma-separated, one per learner task); "
-    "empty = localhost with ports from --port_base.",
-    flag_values=FLAGS,
-)
-flags.DEFINE_string(
-    "actor_hosts",
-    "",
-    "Comma-separated HOST:PORT of the actors; "
-    "empty = localhost with ports from --port_base.",
-    flag_values=FLAGS,
-)
-flags.DEFINE_integer(
-    "port_base",
-    0,
-    "Learner task k's port is port_base+k, actor i's port_base+L+i "
-    "(L = --num_learners). 0 = pick free ports.",
-    flag_values=FLAGS,
-)
-flags.DEFINE_string(
-    "program",
-    os.path.join(_HERE, "experiment.py"),
-    "The script every task runs.",
-    flag_values=FLAGS,
-)
-flags.DEFINE_string(
-    "python", sys.executable, "Python interpreter for the tasks.", flag_values=FLAGS
-)
-flags.DEFINE_float(
-    "actor_exit_secs",
-    60.0,
-    "After the learner exits, seconds "
-    "the actors get to exit by themselves before being stopped.",
-    flag_values=FLAGS,
-)
-flags.DEFINE_float(
-    "kill_grace_secs",
-    10.0,
-    "Seconds between SIGTERM and SIGKILL when stopping tasks.",
-    flag_values=FLAGS,
-)
+# Each flag declared once in runtime/settings.py: launch.py's own
+# (LAUNCH_SETTINGS) and the three of experiment.py's it uses and forwards.
+_DEFINITIONS = settings.flag_definitions(
+    [settings.BY_NAME[name] for name in settings.LAUNCH_FORWARDED],
+    help_suffix={
+        "num_actors": " launch.py starts that many actor tasks (forwarded).",
+        "num_learners": " launch.py starts that many learner tasks (forwarded).",
+        "logdir": " Forwarded; launch.py writes each task's output to "
+        "<logdir>/logs/<job>_<task>.log.",
+    },
+) + settings.flag_definitions(settings.LAUNCH_SETTINGS)
+for _define, _arguments in _DEFINITIONS:
+    getattr(flags, _define)(**_arguments, flag_values=FLAGS)
 
 _OWN_FLAGS = frozenset(
-    [
-        "num_actors",
-        "num_learners",
-        "logdir",
-        "learner_host",
-        "actor_hosts",
-        "port_base",
-        "program",
-        "python",
-        "actor_exit_secs",
-        "kill_grace_secs",
-    ]
+    [*settings.LAUNCH_FORWARDED, *(s.name for s in settings.LAUNCH_SETTINGS)]
 )
 _HELP_FLAGS = frozenset(["help", "helpshort", "helpfull", "helpxml", "?", "h"])
 _PER_TASK_FLAGS = frozenset(["job_name", "task"])

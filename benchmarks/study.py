@@ -96,21 +96,15 @@ class StudyError(Exception):
 
 
 def code_commit(repo: str = common.REPO) -> dict:
-    """The commit of the code that runs (HEAD of `repo`), and whether its
-    code files differ from it (uncommitted changes)."""
+    """The commit of the code that runs (HEAD of `repo`), and its code files
+    that differ from it (uncommitted changes, new files included)."""
+    from runtime import run_record
 
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", *args], cwd=repo, capture_output=True, text=True
-        ).stdout
-
-    commit = git("rev-parse", "HEAD").strip() or "unknown"
-    changed = [
-        line[3:].strip()
-        for line in git("status", "--porcelain").splitlines()
-        if common._is_code(line[3:].strip())
-    ]
-    return {"commit": commit, "uncommitted_code": changed}
+    commit, changed = run_record.git_state(repo, untracked=True)
+    return {
+        "commit": commit or "unknown",
+        "uncommitted_code": [path for path in changed if common._is_code(path)],
+    }
 
 
 def _busy_jiffies() -> int:

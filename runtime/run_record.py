@@ -273,25 +273,40 @@ def library_versions() -> dict[str, str | None]:
     return versions
 
 
-def code_commit() -> str | None:
-    """The commit of this code's git checkout, with '+changes' where its
-    files differ from it; None outside a checkout."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+def git_state(
+    root: str | None = None, untracked: bool = False
+) -> tuple[str | None, list[str]]:
+    """The commit of the git checkout at `root` (this code's by default) and
+    the paths that differ from it (untracked ones too with `untracked`);
+    (None, []) outside a checkout."""
+    root = root or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     try:
         head = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True
         )
         if head.returncode:
-            return None
-        changed = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
+            return None, []
+        status = subprocess.run(
+            [
+                "git",
+                "status",
+                "--porcelain",
+                f"--untracked-files={'all' if untracked else 'no'}",
+            ],
             cwd=root,
             capture_output=True,
             text=True,
-        ).stdout.strip()
+        ).stdout
     except OSError:
-        return None
-    return head.stdout.strip() + ("+changes" if changed else "")
+        return None, []
+    return head.stdout.strip(), [line[3:].strip() for line in status.splitlines()]
+
+
+def code_commit() -> str | None:
+    """The commit of this code's git checkout, with '+changes' where its
+    tracked files differ from it; None outside a checkout."""
+    commit, changed = git_state()
+    return commit and commit + ("+changes" if changed else "")
 
 
 def cpu_model() -> str:

@@ -1,6 +1,8 @@
 """Every setting of a run, declared once: name, default, help, the config
 section it belongs to and its choices. experiment.py defines its flags from
-SETTINGS, and config.py's dataclasses take their defaults from DEFAULTS, so a
+SETTINGS and launch.py from LAUNCH_SETTINGS and the SETTINGS it forwards
+(flag_definitions), and config.py's dataclasses take their defaults from DEFAULTS,
+so a
 default is written in one place; a family's flag file overrides some of them
 for its levels (config.family_defaults). No TensorFlow here.
 """
@@ -8,6 +10,9 @@ for its levels (config.family_defaults). No TensorFlow here.
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 
@@ -333,3 +338,90 @@ SETTINGS: tuple[Setting, ...] = (
 
 # name -> declared default; the config dataclasses' defaults read it.
 DEFAULTS: dict[str, Any] = {setting.name: setting.default for setting in SETTINGS}
+
+# name -> its declaration.
+BY_NAME: dict[str, Setting] = {setting.name: setting for setting in SETTINGS}
+
+# launch.py's settings: how it starts a cluster's tasks on this machine. Its
+# --num_actors, --num_learners and --logdir are experiment.py's (SETTINGS),
+# used there and forwarded to every task (LAUNCH_FORWARDED).
+LAUNCH_FORWARDED: tuple[str, ...] = ("num_actors", "num_learners", "logdir")
+LAUNCH_SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "learner_host",
+        "",
+        "HOST:PORT of the learner task (comma-separated, one per learner "
+        "task); empty = localhost with ports from --port_base.",
+        "launch",
+    ),
+    Setting(
+        "actor_hosts",
+        "",
+        "Comma-separated HOST:PORT of the actors; empty = localhost with "
+        "ports from --port_base.",
+        "launch",
+    ),
+    Setting(
+        "port_base",
+        0,
+        "Learner task k's port is port_base+k, actor i's port_base+L+i "
+        "(L = --num_learners). 0 = pick free ports.",
+        "launch",
+    ),
+    Setting(
+        "program",
+        os.path.join(
+            os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiment.py"
+        ),
+        "The script every task runs.",
+        "launch",
+    ),
+    Setting(
+        "python",
+        sys.executable,
+        "Python interpreter for the tasks.",
+        "launch",
+    ),
+    Setting(
+        "actor_exit_secs",
+        60.0,
+        "After the learner exits, seconds the actors get to exit by "
+        "themselves before being stopped.",
+        "launch",
+    ),
+    Setting(
+        "kill_grace_secs",
+        10.0,
+        "Seconds between SIGTERM and SIGKILL when stopping tasks.",
+        "launch",
+    ),
+)
+
+_DEFINE = {bool: "bool", int: "integer", float: "float", str: "string"}
+
+
+def flag_definitions(
+    declared: Iterable[Setting],
+    choices: Mapping[str, Sequence[str]] | None = None,
+    help_suffix: Mapping[str, str] | None = None,
+) -> list[tuple[str, dict[str, Any]]]:
+    """How a script defines its absl flags from declared settings (this module
+    reads no flags): per setting, the name of absl.flags' DEFINE function and
+    its arguments. Its type follows the default's; an enum where the setting
+    has choices (`choices[name]` where the declaration leaves them to the
+    module that owns them); `help_suffix[name]` follows the declared help."""
+    definitions = []
+    for setting in declared:
+        arguments = {
+            "name": setting.name,
+            "default": setting.default,
+            "help": setting.help + (help_suffix or {}).get(setting.name, ""),
+        }
+        if setting.choices is not None:
+            names = setting.choices or (choices or {})[setting.name]
+            definitions.append(
+                ("DEFINE_enum", arguments | {"enum_values": list(names)})
+            )
+        else:
+            definitions.append((f"DEFINE_{_DEFINE[type(setting.default)]}", arguments))
+    return definitions

@@ -390,6 +390,34 @@ def test_every_flag_experiment_py_defines_is_documented():
     )
 
 
+def test_launch_flags_are_declared_settings_and_documented():
+    import launch
+    from runtime import settings
+
+    # launch.py defines no flag of its own writing: each is a declared setting,
+    # with the declared default, and experiment.py's three it forwards keep
+    # experiment.py's defaults.
+    declared = {s.name: s.default for s in settings.LAUNCH_SETTINGS}
+    declared |= {name: settings.DEFAULTS[name] for name in settings.LAUNCH_FORWARDED}
+    assert {name: launch.FLAGS[name].default for name in launch.FLAGS} == declared
+    assert not re.search(r"flags\.DEFINE_", _read(REPO / "launch.py"))
+    # docs/distributed.md's table lists exactly launch.py's own flags, with
+    # the declared defaults where the default is not this machine's.
+    rows = dict(
+        re.findall(
+            r"^\|\s*`--(\w+)`\s*\|\s*([^|]*?)\s*\|",
+            _read(REPO / "docs" / "distributed.md")
+            .split("| launch.py flag |")[1]
+            .split("\n\n")[0],
+            flags=re.M,
+        )
+    )
+    assert set(rows) == {s.name for s in settings.LAUNCH_SETTINGS}
+    for setting in settings.LAUNCH_SETTINGS:
+        if setting.name not in ("program", "python"):
+            assert _same_default(rows[setting.name], setting.default), setting.name
+
+
 # --------------------------------------------------------------------------
 # Flag files: the tested command lines
 
