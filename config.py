@@ -96,6 +96,13 @@ class LearnerConfig:
     off_policy_correction: str = DEFAULTS["off_policy_correction"]
     rho_bar: float = DEFAULTS["rho_bar"]
     c_bar: float = DEFAULTS["c_bar"]
+    # Experience replay (learner/replay.py): the share of each batch replayed
+    # and each learner's buffer's capacity in unrolls.
+    replay_proportion: float = DEFAULTS["replay_proportion"]
+    replay_capacity: int = DEFAULTS["replay_capacity"]
+    # One learner's buffer in bytes (replay.unroll_bytes x capacity), for
+    # the first line; 0 where not computed.
+    replay_buffer_bytes: int = 0
     # Frames over which the learning rate decays linearly to 0; 0 means
     # total_environment_frames (the paper's schedule).
     learning_rate_decay_frames: int = DEFAULTS["learning_rate_decay_frames"]
@@ -108,11 +115,23 @@ class LearnerConfig:
         return self.learning_rate_decay_frames or self.total_environment_frames
 
     @property
+    def num_replayed(self) -> int:
+        """Replayed unrolls in each learner's batch: round(proportion x B)."""
+        return replayed_unrolls(self.replay_proportion, self.batch_size)
+
+    @property
+    def num_fresh(self) -> int:
+        """Unrolls each learner takes from its queue per update."""
+        return self.batch_size - self.num_replayed
+
+    @property
     def frames_per_update(self) -> int:
-        """All learners' frames: N x batch x unroll x action repeats."""
+        """All learners' new environment frames: N x fresh unrolls x unroll
+        x action repeats (replayed unrolls were counted when they were
+        fresh)."""
         return (
             self.num_learners
-            * self.batch_size
+            * self.num_fresh
             * self.unroll_length
             * self.num_action_repeats
         )
@@ -176,9 +195,25 @@ class Config:
             f"{actors} actor{'s' if actors > 1 else ''}{per_actor}, batch {learner.batch_size}, "
             f"unroll {learner.unroll_length}, "
             f"{'PopArt, ' if learner.popart else ''}"
+            f"{self._replay_text()}"
             f"{'unclipped rewards, ' if learner.reward_clipping == 'none' else ''}"
             f"{learner.total_environment_frames:,} frames, logdir {self.run.logdir}"
             + "".join(f"; {choice}" for choice in self.run.choices)
+        )
+
+    def _replay_text(self) -> str:
+        """'replay 1 of 2 unrolls from 10,000 (5.8 GB a learner), '; '' off."""
+        learner = self.learner
+        if not learner.num_replayed:
+            return ""
+        size = (
+            f" ({learner.replay_buffer_bytes / 1e9:.1f} GB a learner)"
+            if learner.replay_buffer_bytes
+            else ""
+        )
+        return (
+            f"replay {learner.num_replayed} of {learner.batch_size} unrolls from "
+            f"{learner.replay_capacity:,}{size}, "
         )
 
     def describe_model(self) -> str:
@@ -189,6 +224,12 @@ class Config:
             f"--level_name={self.environment.level_name}, "
             f"--popart={str(self.learner.popart).lower()}"
         )
+
+
+def replayed_unrolls(proportion: float, batch_size: int) -> int:
+    """round(proportion x batch_size), halves rounded up (0.5 x 1 is 1, not
+    Python's banker's 0)."""
+    return int(proportion * batch_size + 0.5)
 
 
 # The flags that lay out actors and batches.
@@ -238,6 +279,28 @@ def validate_flags(
     require(f.rho_bar > 0.0, "rho_bar", "must be > 0 (the paper's 1).")
     require(f.c_bar > 0.0, "c_bar", "must be > 0 (the paper's 1).")
     require(f.baseline_cost >= 0.0, "baseline_cost", "must be >= 0.")
+    require(
+        0.0 <= f.replay_proportion < 1.0,
+        "replay_proportion",
+        "must be in [0, 1): the share of each batch replayed (0 = no replay, "
+        "the paper's 0.5); every batch needs a fresh unroll.",
+    )
+    if f.replay_proportion > 0.0:
+        replayed = replayed_unrolls(f.replay_proportion, f.batch_size)
+        if not 0 < replayed < f.batch_size:
+            raise FlagError(
+                f"--replay_proportion={f.replay_proportion} with "
+                f"--batch_size={f.batch_size}: round(proportion x batch size) = "
+                f"{replayed} replayed unrolls, but a batch needs at least one "
+                f"replayed and one fresh; raise --batch_size (at 2 or more, "
+                f"0.5 replays half) or change --replay_proportion."
+            )
+        require(
+            f.replay_capacity >= f.batch_size,
+            "replay_capacity",
+            f"must be at least --batch_size={f.batch_size} unrolls (the "
+            f"paper's 10000).",
+        )
     require(
         0.0 < f.popart_beta <= 1.0,
         "popart_beta",

@@ -31,6 +31,7 @@ import agent as agent_lib
 import config as config_lib
 import environments
 import py_process
+from actor.unroll import actor_output_specs
 from cluster import actor_task, addresses, learner_task, ports, servers, spec
 from cluster.state import exit_cluster_task
 from config import (
@@ -42,6 +43,7 @@ from config import (
 )
 from evaluation import checkpoint_agent, test_mode
 from families.contract import FamilyFlag
+from learner import replay
 from learner.loss import OFF_POLICY_CORRECTIONS, REWARD_CLIPPINGS
 from learner.update import OPTIMIZERS
 from runtime import checkpoints, run_record, sessions, settings
@@ -324,6 +326,39 @@ def run_training(
     )
 
 
+def check_replay_memory(
+    config: Config, cluster_config: spec.ClusterConfig | None
+) -> Config:
+    """With replay: the config with its buffer's bytes (for the first line),
+    after checking that the buffers this process holds fit in its memory
+    (one a learner on one machine, one a learner task; none on an actor).
+
+    Raises:
+      FlagError: they do not fit (replay.memory_problem).
+    """
+    learner = config.learner
+    if not learner.num_replayed:
+        return config
+    specs = actor_output_specs(config.environment, config.agent, learner.unroll_length)
+    per_unroll = replay.unroll_bytes(specs)
+    if cluster_config is None:
+        held = learner.num_learners
+    else:
+        held = 0 if cluster_config.role == "actor" else 1
+    if held and (
+        problem := replay.memory_problem(
+            per_unroll, learner.replay_capacity, held, replay.available_memory_bytes()
+        )
+    ):
+        raise FlagError(problem)
+    return dataclasses.replace(
+        config,
+        learner=dataclasses.replace(
+            learner, replay_buffer_bytes=per_unroll * learner.replay_capacity
+        ),
+    )
+
+
 def run_mode(f: flags.FlagValues = FLAGS) -> int:
     """Runs --mode with the parsed flags `f`; returns the exit code."""
     shutdown = ShutdownRequest()
@@ -344,6 +379,7 @@ def run_mode(f: flags.FlagValues = FLAGS) -> int:
             test_mode.test(config)
         else:
             cluster_config = cluster_config_from_flags(f)
+            config = check_replay_memory(config, cluster_config)
             record = (
                 run_record.resumed_record(old_record, settings, _ARGV)
                 if old_record

@@ -2,7 +2,9 @@
 
 An actor enqueues one ActorOutput per unroll (batch-major, one per
 environment: `level_name` [], `agent_state` the agent's core state before the
-first step, `env_outputs` and `agent_outputs` [T + 1, ...]); the learner
+first step, `env_outputs` and `agent_outputs` [T + 1, ...], `policy_frames` []
+the learner's frame count (its global step) when the actor read the
+parameters it acted with, from which the learner measures the policy lag); the learner
 dequeues `batch_size` of them and makes them time-major ([T + 1, B, ...]).
 With several learners, actor j's unrolls go to learner `learner_of(j, N)`.
 Both sides import this module and nothing of each other.
@@ -15,7 +17,7 @@ import collections
 import tensorflow as tf
 
 ActorOutput = collections.namedtuple(
-    "ActorOutput", "level_name agent_state env_outputs agent_outputs"
+    "ActorOutput", "level_name agent_state env_outputs agent_outputs policy_frames"
 )
 
 
@@ -35,8 +37,9 @@ def swap_leading_axes(t: tf.Tensor) -> tf.Tensor:
 
 
 def stack_unrolls(unrolls: list[ActorOutput]) -> ActorOutput:
-    """B ActorOutputs -> one batch: level_name [B], agent_state [B, ...],
-    env_outputs and agent_outputs time-major [T + 1, B, ...]: the learner's
+    """B ActorOutputs -> one batch: level_name and policy_frames [B],
+    agent_state [B, ...], env_outputs and agent_outputs time-major
+    [T + 1, B, ...]: the learner's
     batch made by hand (tests, the learner benchmark), where the learner
     itself dequeues B unrolls at once.
 
@@ -52,4 +55,5 @@ def stack_unrolls(unrolls: list[ActorOutput]) -> ActorOutput:
         agent_state=stack([u.agent_state for u in unrolls], axis=0),
         env_outputs=stack([u.env_outputs for u in unrolls], axis=1),
         agent_outputs=stack([u.agent_outputs for u in unrolls], axis=1),
+        policy_frames=tf.stack([u.policy_frames for u in unrolls]),
     )

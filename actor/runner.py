@@ -106,7 +106,13 @@ def build_actors(
                 level_name, seeds, environment, run.envs_per_process
             )
             output, state_initializer = build_vector_actor(
-                agent, list(envs), level_name, unroll_length, inference_fn
+                agent,
+                list(envs),
+                level_name,
+                unroll_length,
+                inference_fn,
+                # Every step reads the learner's own parameters.
+                tf.compat.v1.train.get_global_step(),
             )
             queue = queues[learner_of(i, len(queues))]
             enqueue_op = queue.enqueue_many(tf.nest.flatten(output))

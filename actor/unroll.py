@@ -47,16 +47,18 @@ def build_actor(
     level_name: str,
     unroll_length: int,
     inference_fn=None,
+    policy_frames: tf.Variable | None = None,
 ) -> tuple[ActorOutput, tf.Operation]:
     """One actor's unroll of `unroll_length` steps over one environment.
 
     As `build_vector_actor` with a single environment, without its batch
     dimension: ActorOutput(level_name string [], agent_state: core state
-    [256] each, env_outputs [T + 1, ...], agent_outputs [T + 1, ...]), and
-    the state_initializer. `inference_fn` gets inputs of batch 1.
+    [256] each, env_outputs [T + 1, ...], agent_outputs [T + 1, ...],
+    policy_frames int64 []), and the state_initializer. `inference_fn` gets
+    inputs of batch 1.
     """
     output, state_initializer = build_vector_actor(
-        agent, [env], level_name, unroll_length, inference_fn
+        agent, [env], level_name, unroll_length, inference_fn, policy_frames
     )
     return tf.nest.map_structure(lambda t: t[0], output), state_initializer
 
@@ -71,6 +73,7 @@ def build_vector_actor(
     level_name: str,
     unroll_length: int,
     inference_fn=None,
+    policy_frames: tf.Variable | None = None,
 ) -> tuple[ActorOutput, tf.Operation]:
     """One actor's unroll of `unroll_length` steps over the K environments
     of `envs`, as graph ops.
@@ -95,13 +98,19 @@ def build_vector_actor(
       unroll_length: T, the agent steps per unroll.
       inference_fn: (last_actions [K], env_outputs [K, ...], core_state) ->
         (AgentOutput [K, ...], core_state); defaults to `agent` (one step).
+      policy_frames: the int64 variable that counts the learner's frames
+        when the parameters the agent acts with were read: the learner's
+        global step on one machine, where every step reads the learner's
+        parameters (read here before the unroll's first step, so it dates
+        the oldest parameters of the unroll), or a cluster actor's copy of
+        it taken with its weights. None: 0 (an unroll with no learner).
 
     Returns:
       (ActorOutput, state_initializer):
         ActorOutput, batch-major, one unroll per environment (ready for
         `enqueue_many`): level_name string [K], agent_state: core state
         [K, 256] each before the first step, env_outputs [K, T + 1, ...],
-        agent_outputs [K, T + 1, ...]. Step 0 is the last step of the
+        agent_outputs [K, T + 1, ...], policy_frames int64 [K]. Step 0 is the last step of the
         previous unroll (so consecutive unrolls overlap by one step: the
         learner needs it to pair each action with the observation it came
         from). state_initializer resets this actor's persistent state (and
@@ -149,9 +158,17 @@ def build_vector_actor(
         state_initializer = tf.group(
             [v.initializer for v in tf.nest.flatten(state)], name="reset_actor"
         )
+        # The frame count before any inference of this unroll reads the
+        # parameters (the scan below consumes `first`).
+        frames_read = (
+            tf.constant(0, tf.int64)
+            if policy_frames is None
+            else tf.identity(policy_frames.read_value())
+        )
         # read_value() snapshots the state: the assignments below must not
         # change what `first` refers to.
-        first = tf.nest.map_structure(lambda v: v.read_value(), state)
+        with tf.control_dependencies([frames_read]):
+            first = tf.nest.map_structure(lambda v: v.read_value(), state)
 
         def step(carry, unused_index):
             env_states, env_output, core_state, agent_output = carry
@@ -194,6 +211,7 @@ def build_vector_actor(
                 agent_state=tf.nest.map_structure(tf.identity, first_core_state),
                 env_outputs=full_env_outputs,
                 agent_outputs=full_agent_outputs,
+                policy_frames=tf.fill([num_envs], frames_read),
             )
             # Nothing is ever differentiated through an actor's unroll.
             output = tf.nest.map_structure(tf.stop_gradient, output)

@@ -560,9 +560,9 @@ def _run_experiment_main() -> None:
     sessions.create_training_session = create_training_session
     original_step = progress.ProgressLogger.step
 
-    def step(self, num_env_frames, recent_returns, queue_size):
+    def step(self, num_env_frames, recent_returns, queue_size, *args, **kwargs):
         recorder_box["recorder"].step(num_env_frames)
-        original_step(self, num_env_frames, recent_returns, queue_size)
+        original_step(self, num_env_frames, recent_returns, queue_size, *args, **kwargs)
 
     progress.ProgressLogger.step = step
     sys.argv = [sys.argv[0]] + sys.argv[3:]

@@ -185,6 +185,7 @@ def bench_config(
                             lambda t, i=i: t[:, i * share : (i + 1) * share],
                             batch.agent_outputs,
                         ),
+                        policy_frames=batch.policy_frames[i * share : (i + 1) * share],
                     )
                     for i in range(num_learners)
                 ]

@@ -128,9 +128,22 @@ def build_actor_task(
         processes, envs = actor_environments(
             level_name, seeds, config.environment, config.run.envs_per_process
         )
+        # The learner's frame count when the weights were last copied: the
+        # unroll's policy_frames, from which the learner measures its lag.
+        weights_frames = tf.compat.v1.Variable(
+            tf.constant(0, tf.int64),
+            trainable=False,
+            collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES],
+            use_resource=True,
+            name="weights_frames",
+        )
         # [K, ...]: one unroll per environment.
         output, state_initializer = build_vector_actor(
-            local_agent, list(envs), level_name, config.learner.unroll_length
+            local_agent,
+            list(envs),
+            level_name,
+            config.learner.unroll_length,
+            policy_frames=weights_frames,
         )
         _make_local(local_agent.variables)
         specs = tf.nest.map_structure(
@@ -149,6 +162,7 @@ def build_actor_task(
         # Declares the learner's variables here; the ops of this call never run.
         global_agent = agent_lib.create_agent(config.agent)
         build_agent_variables(global_agent, specs)
+        learner_frames = tf.compat.v1.train.get_or_create_global_step()
         settings = agreeing_settings(config, specs.env_outputs.observation)
         state = create_cluster_state(
             cluster_config.num_actors,
@@ -161,7 +175,10 @@ def build_actor_task(
         learner_tasks = chief_learner_tasks(state)
         chiefs_settings = state.run_settings.read_value()
     with tf.device(cluster_config.device):
-        sync_weights = copy_weights_op(global_agent, local_agent)
+        sync_weights = tf.group(
+            copy_weights_op(global_agent, local_agent),
+            weights_frames.assign(learner_frames.read_value()),
+        )
     # The learner's variables not initialised yet. The actor connects once
     # there is none: that includes the end-of-training state, which the
     # learner initialises after creating its queue.

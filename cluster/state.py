@@ -97,8 +97,10 @@ def chief_learner_tasks(state: ClusterState) -> tf.Tensor:
 def agreeing_settings(config, observation_specs) -> str:
     """What every task of one cluster must have as the chief has it, as JSON
     ({flag: value}): the agent, the levels in their order, the action
-    repeats, the unroll length, PopArt's value head and the shapes of the
-    observations (`observation_specs`, the trajectory's)."""
+    repeats, the unroll length, PopArt's value head, the off-policy
+    correction and its thresholds, the replay settings (each learner task
+    holds a buffer; the same proportion in every tower's batch) and the
+    shapes of the observations (`observation_specs`, the trajectory's)."""
     return json.dumps(
         {
             "agent": config.agent.torso,
@@ -109,6 +111,11 @@ def agreeing_settings(config, observation_specs) -> str:
             "num_action_repeats": config.environment.num_action_repeats,
             "unroll_length": config.learner.unroll_length,
             "popart": bool(config.agent.num_values),
+            "off_policy_correction": config.learner.off_policy_correction,
+            "rho_bar": config.learner.rho_bar,
+            "c_bar": config.learner.c_bar,
+            "replay_proportion": config.learner.replay_proportion,
+            "replay_capacity": config.learner.replay_capacity,
             "observations": [
                 list(spec.shape[1:]) for spec in tf.nest.flatten(observation_specs)
             ],

@@ -24,10 +24,12 @@ from runtime import checkpoints, sessions
 from runtime.errors import EnvironmentFailedError, NonFiniteUpdateError
 
 # How a learner's training session ended: the frame count, the episodes it
-# logged, whether it reached --total_environment_frames, the seconds it took
-# and the returns of its last (up to 100) episodes.
+# logged, whether it reached --total_environment_frames, the seconds it took,
+# the returns of its last (up to 100) episodes and its mean policy lags
+# (fresh, replayed or None; progress.PolicyLagMeter.means).
 LearnerResult = collections.namedtuple(
-    "LearnerResult", "num_env_frames num_episodes finished seconds recent_returns"
+    "LearnerResult",
+    "num_env_frames num_episodes finished seconds recent_returns policy_lag",
 )
 
 
@@ -76,11 +78,12 @@ def run_learner(
     )
     learner = pipeline.learner
     fetches = (
-        pipeline.batch.level_name,
+        learner.level_name,
         learner.train_and_count,
         learner.done,
         learner.info,
         pipeline.queue_size,
+        learner.policy_lag,
         pipeline.stage_op,
     )
     # SIGINT/SIGTERM end the loop after the current step (a clean exit saves
@@ -89,7 +92,9 @@ def run_learner(
         try:
             if session.should_stop():
                 break
-            levels, num_env_frames, done, info, queue_size, _ = session.run(fetches)
+            levels, num_env_frames, done, info, queue_size, lag, _ = session.run(
+                fetches
+            )
         except EnvironmentFailedError:
             # An actor gave up on its environment. Leave the session normally
             # so that it saves a final checkpoint; closing it re-raises this.
@@ -104,7 +109,9 @@ def run_learner(
             raise
         num_env_frames = int(num_env_frames)
         episodes.log(levels, done, info, num_env_frames)
-        progress_logger.step(num_env_frames, episodes.recent_returns, queue_size)
+        progress_logger.step(
+            num_env_frames, episodes.recent_returns, queue_size, policy_lag=lag
+        )
         if num_env_frames >= total_environment_frames:
             break
     return num_env_frames
@@ -189,4 +196,5 @@ def train_learner(
         finished,
         time.monotonic() - started,
         list(episodes.recent_returns),
+        progress_logger.policy_lag.means(),
     )

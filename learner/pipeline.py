@@ -2,7 +2,8 @@
 
 Actors enqueue one ActorOutput per unroll into a FIFOQueue of capacity 1
 (an actor blocks until the learner takes its unroll, which bounds the policy
-lag). The learner dequeues `batch_size` unrolls at once, makes them
+lag). The learner dequeues `batch_size` unrolls at once (fewer with replay,
+replay.py, which adds the rest from its buffer), makes them
 time-major (`[T + 1, B, ...]`), stages them on its device (one more step of
 lag, no wait for the copy) and trains on them (update.py). The training
 loop around it is loop.py.
@@ -18,11 +19,14 @@ import tensorflow as tf
 
 import agent as agent_lib
 from config import LearnerConfig
-from learner.update import build_learner
+from learner import replay
+from learner.update import build_learner, cpu_of
+from runtime import sessions
 from trajectory import ActorOutput, swap_leading_axes
 
 LearnerPipeline = collections.namedtuple(
-    "LearnerPipeline", "batch learner stage_op clear_staging_op queue_size"
+    "LearnerPipeline",
+    "batch learner stage_op clear_staging_op queue_size replay_sizes",
 )
 
 
@@ -94,17 +98,33 @@ def build_learner_pipeline(
     Run `stage_op` once before the first training step. `batch` is the towers'
     batches side by side ([T + 1, N * B, ...]; level_name [N * B]);
     `queue_size`: the queue's size, or [N] sizes with several learners.
+
+    With replay (config.num_replayed R > 0) each tower's batch is its
+    B - R fresh unrolls followed by R replayed from its buffer (replay.py),
+    which lives on the CPU of the tower's task; `replay_sizes`: each
+    buffer's size ([] without replay).
     """
-    batches, stage_ops, clear_ops = [], [], []
+    batches, stage_ops, clear_ops, buffers = [], [], [], []
     for queue, device in zip(queues, devices, strict=True):
-        # One dequeue_many takes batch_size unrolls as the actors deliver them
-        # (the queue holds fewer); [B, T + 1, ...] -> time-major. Several
-        # learners: on the tower's device, where its queue is, so that the
-        # batch never leaves its learner task.
+        # One dequeue_many takes the batch's fresh unrolls as the actors
+        # deliver them (the queue holds fewer); [B, T + 1, ...] -> time-major.
+        # Several learners: on the tower's device, where its queue is, so
+        # that the batch never leaves its learner task.
         with contextlib.nullcontext() if len(queues) == 1 else tf.device(device):
-            dequeued = time_major(
-                tf.nest.pack_sequence_as(specs, queue.dequeue_many(config.batch_size))
+            fresh = tf.nest.pack_sequence_as(
+                specs, queue.dequeue_many(config.num_fresh)
             )
+            if config.num_replayed:
+                # Replay: this tower's buffer in its task's host memory.
+                cpu = cpu_of(device)
+                with tf.device(cpu), sessions.variables_on(cpu):
+                    buffer = replay.ReplayBuffer(specs, config.replay_capacity)
+                    replayed = buffer.insert_then_sample(fresh, config.num_replayed)
+                    fresh = tf.nest.map_structure(
+                        lambda f, r: tf.concat([f, r], axis=0), fresh, replayed
+                    )
+                buffers.append(buffer)
+            dequeued = time_major(fresh)
         with tf.device(device):
             flat = tf.nest.flatten(dequeued)
             area = _staging_area(flat)
@@ -125,6 +145,7 @@ def build_learner_pipeline(
             agent_state=None,
             env_outputs=None,
             agent_outputs=None,
+            policy_frames=None,
         )
         stage_op = tf.group(stage_ops)
     return LearnerPipeline(
@@ -135,6 +156,7 @@ def build_learner_pipeline(
         queue_size=queues[0].size()
         if len(queues) == 1
         else tf.stack([q.size() for q in queues]),
+        replay_sizes=[b.size() for b in buffers],
     )
 
 

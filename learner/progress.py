@@ -45,9 +45,12 @@ def progress_line(
     steps_per_s: float,
     recent_returns,
     queue_size,
+    policy_lag: tuple[float, float | None] | None = None,
 ) -> str:
     """'frames 7,200 / 1,000,000,000 (0.0 %) | 720 frames/s | ETA 16 d 1 h |
-    ...': where the run is against its target, and how fast it gets there."""
+    ...': where the run is against its target, and how fast it gets there;
+    `policy_lag`: (fresh, replayed or None) mean lags in updates since the
+    last line, or None."""
     done = 100.0 * num_env_frames / max(total_frames, 1)
     eta = (total_frames - num_env_frames) / fps if fps > 0 else float("inf")
     mean_return = np.mean(recent_returns) if recent_returns else float("nan")
@@ -57,7 +60,37 @@ def progress_line(
         f"{steps_per_s:.2f} learner steps/s | mean return (last "
         f"{len(recent_returns)} episodes) {mean_return:.2f} | "
         f"{queue_text(queue_size)}"
+        + (f" | {lag_text(policy_lag)}" if policy_lag is not None else "")
     )
+
+
+def lag_text(policy_lag: tuple[float, float | None]) -> str:
+    """'policy lag 1.5 updates' (and '(replayed 212.0)' with replay)."""
+    fresh, replayed = policy_lag
+    text = f"policy lag {fresh:.1f} updates"
+    return text if replayed is None else f"{text} (replayed {replayed:.1f})"
+
+
+class PolicyLagMeter:
+    """Running means of the fresh and replayed unrolls' policy lags
+    (update.PolicyLag's values, in updates)."""
+
+    def __init__(self):
+        self._sums = np.zeros(2)
+        self._counts = np.zeros(2)
+
+    def add(self, fresh, replayed) -> None:
+        for i, lags in enumerate((fresh, replayed)):
+            lags = np.asarray(lags, dtype=np.float64)
+            self._sums[i] += lags.sum()
+            self._counts[i] += lags.size
+
+    def means(self) -> tuple[float, float | None] | None:
+        """(fresh, replayed or None without replayed unrolls); None before any."""
+        if not self._counts[0]:
+            return None
+        replayed = self._sums[1] / self._counts[1] if self._counts[1] else None
+        return float(self._sums[0] / self._counts[0]), replayed
 
 
 def queue_text(queue_size) -> str:
@@ -70,14 +103,15 @@ def queue_text(queue_size) -> str:
 
 def done_line(result, logdir: str, level_name: str) -> str:
     """A finished run in one line (a loop.LearnerResult): frames, episodes,
-    time, the mean return of its last episodes, and the command that
-    evaluates it."""
+    time, the mean return of its last episodes, the session's mean policy
+    lag, and the command that evaluates it."""
     returns = result.recent_returns
     mean = f"{np.mean(returns):.2f}" if returns else "none yet"
+    lag = f"; mean {lag_text(result.policy_lag)}" if result.policy_lag else ""
     return (
         f"Training done: {result.num_env_frames} environment frames, "
         f"{result.num_episodes} episodes in {format_duration(result.seconds)}; "
-        f"mean return of the last {len(returns)} episodes: {mean}. Checkpoint "
+        f"mean return of the last {len(returns)} episodes: {mean}{lag}. Checkpoint "
         f"and TensorBoard logs in {logdir}. Evaluate it: python3 experiment.py "
         f"--mode=test --level_name={level_name} --logdir={logdir}"
     )
@@ -95,8 +129,17 @@ class ProgressLogger:
         self._last_time = time.time()
         self._last_frames = None
         self._steps = 0
+        # The session's policy lag, and since the last line.
+        self.policy_lag = PolicyLagMeter()
+        self._recent_lag = PolicyLagMeter()
 
-    def step(self, num_env_frames: int, recent_returns, queue_size) -> None:
+    def step(
+        self, num_env_frames: int, recent_returns, queue_size, policy_lag=None
+    ) -> None:
+        """One learner step; `policy_lag`: its update.PolicyLag values."""
+        if policy_lag is not None:
+            self.policy_lag.add(*policy_lag)
+            self._recent_lag.add(*policy_lag)
         self._steps += 1
         now = time.time()
         if self._last_frames is None:  # Count from the first step (after resume).
@@ -115,8 +158,10 @@ class ProgressLogger:
                 self._steps / elapsed,
                 recent_returns,
                 queue_size,
+                self._recent_lag.means(),
             ),
         )
+        self._recent_lag = PolicyLagMeter()
         summary = tf.compat.v1.Summary()
         summary.value.add(tag="frames_per_second", simple_value=fps)
         self._writer.add_summary(summary, num_env_frames)

@@ -33,8 +33,14 @@ from trajectory import ActorOutput
 
 LearnerOutputs = collections.namedtuple(
     "LearnerOutputs",
-    "train_and_count done info num_env_frames losses learning_rate vtrace_returns",
+    "train_and_count done info num_env_frames losses learning_rate vtrace_returns "
+    "level_name policy_lag",
 )
+
+# The policy lag of a batch's unrolls, in learner updates: how many updates
+# the learner made between the parameters an unroll was acted with and those
+# this update starts from; fresh [N * (B - R)] and replayed [N * R] float32.
+PolicyLag = collections.namedtuple("PolicyLag", "fresh replayed")
 
 # The optimiser step of build_update: train_and_count runs the update, then
 # adds the batch's frames to the global step (num_env_frames) and returns it.
@@ -49,6 +55,7 @@ def build_update(
     config: LearnerConfig,
     after_step=None,
     devices: Sequence[str | None] | None = None,
+    reads_before_count: Sequence[tf.Tensor] = (),
 ) -> Update:
     """One optimiser step on the sum of `tower_losses` over `variables`.
 
@@ -67,6 +74,8 @@ def build_update(
     update adds config.frames_per_update (all towers' frames). `after_step`:
     optional () -> op, built under a dependency on the optimiser step and run
     before the frame count moves (PopArt's statistics update).
+    `reads_before_count`: tensors that read the frame count, run before it
+    moves (the policy lag's).
     """
     num_env_frames = tf.compat.v1.train.get_or_create_global_step()
     learning_rate = tf.compat.v1.train.polynomial_decay(
@@ -97,7 +106,7 @@ def build_update(
     if after_step is not None:
         with tf.control_dependencies([train_op]):
             train_op = after_step()
-    with tf.control_dependencies([train_op]):
+    with tf.control_dependencies([train_op, *reads_before_count]):
         train_and_count = num_env_frames.assign_add(config.frames_per_update)
     return Update(train_and_count, num_env_frames, learning_rate, global_norm)
 
@@ -164,13 +173,17 @@ def build_learner(
 
     Returns:
       LearnerOutputs: train_and_count (runs the update, then returns the new
-      frame count int64), done / info [T, N * B] of the towers' batches side
-      by side (for episode logging), num_env_frames (the global step
-      variable), losses (Losses: total and each weighted term, scalars,
-      summed over towers), learning_rate and vtrace_returns
-      (vtrace.VTraceFromLogitsReturns, [T, N * B] each).
+      frame count int64), done / info [T, N * F] and level_name [N * F] of
+      the towers' fresh unrolls side by side (F = B - R of each batch of B,
+      R replayed; for episode logging, which must not count a replayed
+      episode again), num_env_frames (the global step variable), losses
+      (Losses: total and each weighted term, scalars, summed over towers),
+      learning_rate, vtrace_returns (vtrace.VTraceFromLogitsReturns,
+      [T, N * B] each) and policy_lag (PolicyLag).
     """
     devices = list(devices or [None] * len(batches))
+    num_env_frames = tf.compat.v1.train.get_or_create_global_step()
+    policy_lag = _policy_lag(batches, num_env_frames, config)
     popart, towers = None, []
     for batch, device in zip(batches, devices, strict=True):
         # Several towers: each reads the parameters once per update (below).
@@ -206,6 +219,7 @@ def build_learner(
         config,
         after_step,
         devices,
+        reads_before_count=list(policy_lag),
     )
 
     summary = tf.compat.v1.summary
@@ -232,17 +246,47 @@ def build_learner(
         popart.summaries()
     if len(config.level_names) > 1:
         level_summaries(config.level_names, [t.level_terms for t in towers])
+    summary.scalar("policy_lag/fresh_mean", tf.reduce_mean(policy_lag.fresh))
+    summary.scalar("policy_lag/fresh_max", tf.reduce_max(policy_lag.fresh))
+    if config.num_replayed:
+        summary.scalar("policy_lag/replayed_mean", tf.reduce_mean(policy_lag.replayed))
+        summary.scalar("policy_lag/replayed_max", tf.reduce_max(policy_lag.replayed))
+    fresh = config.num_fresh
     env_outputs = [batch.env_outputs for batch in batches]
     return LearnerOutputs(
         train_and_count=update.train_and_count,
-        done=tf.concat([e.done[1:] for e in env_outputs], axis=1),
+        done=tf.concat([e.done[1:, :fresh] for e in env_outputs], axis=1),
         info=_side_by_side(
-            [tf.nest.map_structure(lambda t: t[1:], e.info) for e in env_outputs]
+            [
+                tf.nest.map_structure(lambda t: t[1:, :fresh], e.info)
+                for e in env_outputs
+            ]
         ),
         num_env_frames=update.num_env_frames,
         losses=losses,
         learning_rate=update.learning_rate,
         vtrace_returns=vtrace_returns,
+        level_name=tf.concat([b.level_name[:fresh] for b in batches], axis=0),
+        policy_lag=policy_lag,
+    )
+
+
+def _policy_lag(
+    batches: Sequence[ActorOutput], num_env_frames: tf.Variable, config: LearnerConfig
+) -> PolicyLag:
+    """Each unroll's lag in updates: (the frame count now - its
+    policy_frames) / frames per update; each batch's first B - R unrolls are
+    fresh, the rest replayed. Read before the update moves the count
+    (build_update's reads_before_count)."""
+    now = num_env_frames.read_value()
+    lags = [
+        tf.cast(now - batch.policy_frames, tf.float32) / config.frames_per_update
+        for batch in batches
+    ]
+    fresh = config.num_fresh
+    return PolicyLag(
+        fresh=tf.concat([lag[:fresh] for lag in lags], axis=0),
+        replayed=tf.concat([lag[fresh:] for lag in lags], axis=0),
     )
 
 
@@ -262,7 +306,7 @@ def _tower(
     its device scope."""
     popart_batch = popart.batch(batch.level_name) if popart is not None else None
     # V-trace's sequential recursion is faster on the CPU (the tower's).
-    with tf.device(_cpu_of(device)):
+    with tf.device(cpu_of(device)):
         loss = compute_loss(
             learner_outputs,
             batch.agent_outputs,
@@ -289,7 +333,7 @@ def _tower(
     )
 
 
-def _cpu_of(device: str | None) -> str:
+def cpu_of(device: str | None) -> str:
     """The CPU of `device`'s task: '/job:learner/task:1/device:GPU:0' ->
     '/job:learner/task:1/device:CPU:0'; None -> '/cpu:0' (which an enclosing
     device scope completes with its job and task)."""

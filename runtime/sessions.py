@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 
 import tensorflow as tf
 from absl import logging
@@ -108,18 +109,32 @@ def create_training_session(
     )
 
 
+_pinning = threading.local()
+
+
 @contextlib.contextmanager
 def variables_on(device: str):
     """Creates every variable made inside on `device`, whatever the op devices.
 
     Sonnet 2 modules create their variables on their first call, under the
     device scope of that call; the creator scope pins them (and RMSProp's
-    slots, which are colocated with them) to `device`.
+    slots, which are colocated with them) to `device`. Nested, the innermost
+    scope decides (a tower's replay buffer on its own task, inside the scope
+    that pins the agent's variables to the chief).
     """
 
     def creator(next_creator, **kwargs):
-        with tf.device(device):
+        # The innermost scope's creator runs first and the outer ones inside
+        # it: each would set its own device last and win, so only the first
+        # (innermost) one sets it.
+        if getattr(_pinning, "active", False):
             return next_creator(**kwargs)
+        _pinning.active = True
+        try:
+            with tf.device(device):
+                return next_creator(**kwargs)
+        finally:
+            _pinning.active = False
 
     with tf.compat.v1.variable_creator_scope(creator):
         yield

@@ -238,6 +238,23 @@ SETTINGS: tuple[Setting, ...] = (
         "learner",
     ),
     Setting(
+        "replay_proportion",
+        0.0,
+        "Experience replay on the learner: the share of each batch replayed "
+        "from its buffer (round(proportion x --batch_size) unrolls, the rest "
+        "fresh from the actors); 0 = off, the paper's study used 0.5. The "
+        "buffer starts empty with each training session.",
+        "learner",
+    ),
+    Setting(
+        "replay_capacity",
+        10000,
+        "Unrolls each learner's replay buffer holds (first in, first out; "
+        "sampled uniformly); the paper's 10,000. Its memory is stated at "
+        "start and must fit the memory available.",
+        "learner",
+    ),
+    Setting(
         "popart",
         False,
         "PopArt value normalisation per level (popart.py).",

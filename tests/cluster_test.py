@@ -1129,6 +1129,13 @@ def test_a_task_whose_settings_differ_from_the_chiefs_gets_a_line_each():
         "of the cluster with the same settings (the chief's logdir has them as "
         "run_flags.cfg).",
     ]
+    # The off-policy correction and replay agree too.
+    mine = settings(off_policy_correction="one_step_is", replay_proportion=0.5)
+    problems = settings_problems(mine, chief.encode(), "h:1")
+    assert [p.split(":")[0] for p in problems] == [
+        "--off_policy_correction=one_step_is",
+        "--replay_proportion=0.5",
+    ]
     # What no flag of its own sets is named by what it comes from.
     other = json.loads(chief)
     other["observations"] = [[84, 84, 1], []]

@@ -371,8 +371,17 @@ LAUNCH_CASES = {
     # torso, on the learner and the actor tasks alike.
     "feed_forward_bfloat16": (2, ["--use_lstm=false", "--torso_dtype=bfloat16"]),
     # PopArt on two games, one actor task each: the level of each trajectory
-    # travels with it to the learner's statistics.
-    "popart": (1, ["--level_name=atari/pong,atari/breakout", "--popart"]),
+    # travels with it to the learner's statistics; with replay (half of each
+    # batch from the learner task's buffer).
+    "popart_replay": (
+        1,
+        [
+            "--level_name=atari/pong,atari/breakout",
+            "--popart",
+            "--replay_proportion=0.5",
+            "--replay_capacity=20",
+        ],
+    ),
 }
 LAUNCH_TARGET = 2000
 
@@ -471,6 +480,18 @@ def test_launcher_trains_a_learner_and_two_actors_to_the_target(
         # At least one game's trajectories reached the learner (on a loaded
         # machine one actor task may start after the other finished).
         assert np.any(reader.get_tensor("popart/second_moment") != 1.0)
+    if "--replay_proportion=0.5" in agent_flags:
+        # The learner task replays from its buffer: the first line says it,
+        # and its replayed unrolls are older than its fresh ones.
+        assert "replay 1 of 2 unrolls from 20" in learner_log
+        lags = re.search(
+            r"mean policy lag ([\d.]+) updates \(replayed ([\d.]+)\)", learner_log
+        )
+        assert lags and float(lags.group(2)) >= float(lags.group(1)), learner_log[
+            -2000:
+        ]
+    else:
+        assert "mean policy lag" in learner_log and "(replayed" not in learner_log
 
 
 def _saves(text: str, completed: bool = True) -> list[int]:

@@ -837,6 +837,7 @@ def test_dequeue_many_batch_is_time_major_like_stacked_unrolls():
                 rng.normal(size=[steps]).astype(np.float32),
             ),
             agent_outputs=rng.integers(0, 6, [steps], dtype=np.int32),
+            policy_frames=np.int64(1000 * i),
         )
 
     unrolls = [unroll(i) for i in range(batch_size)]

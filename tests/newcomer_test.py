@@ -270,13 +270,17 @@ def test_the_default_run_ends_with_its_summary_and_the_test_command(default_run)
     assert "--agent=shallow" not in training  # given: not the family's
     done = re.search(
         r"Training done: (\d+) environment frames, \d+ episodes in [^;]+; "
-        r"mean return of the last \d+ episodes: (-?[\d.]+|none yet)\. Checkpoint and TensorBoard "
+        r"mean return of the last \d+ episodes: (-?[\d.]+|none yet); mean policy "
+        r"lag (\d+\.\d) updates\. Checkpoint and TensorBoard "
         rf"logs in {re.escape(logdir)}\. Evaluate it: python3 experiment\.py "
         rf"--mode=test --level_name=atari/pong --logdir={re.escape(logdir)}$",
         result.stderr,
         flags=re.M,
     )
     assert done and int(done.group(1)) >= DEFAULT_RUN_FRAMES, result.stderr[-3000:]
+    # Fresh unrolls only, no replay: the actors are at most a few updates
+    # behind (the queue, the staging area and the unroll itself).
+    assert 0.0 < float(done.group(3)) < 10.0, done.group(0)
 
 
 # -- a quiet start ---------------------------------------------------------------------

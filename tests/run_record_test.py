@@ -7,6 +7,7 @@ in this process, at a tiny budget."""
 
 import json
 import os
+import re
 
 import pytest
 from run_helpers import REPO_ROOT, run_command_line
@@ -229,6 +230,10 @@ def test_print_config_names_each_source_and_writes_nothing(tmp_path, capsys):
     ]
     assert rows["--discounting"] == ["0.99", "default"]
     assert not logdir.exists()
+    # README's quick start says how many lines it prints.
+    with open(os.path.join(REPO_ROOT, "README.md")) as f:
+        (shown,) = re.findall(r"\(4 of its (\d+) lines\)", f.read())
+    assert int(shown) == len(rows)
 
 
 def test_a_cluster_task_resolves_the_same_settings_as_one_machine(monkeypatch):
