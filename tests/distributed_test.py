@@ -133,9 +133,11 @@ def test_actor_graph_declares_the_learners_queue_and_variables(
         assert device == learner_cpu, name
     actor_globals = _variables(actor_graph, "variables")
     agent_names = set(_variables(learner_graph, "trainable_variables"))
-    # The actor declares exactly the agent's variables as global: the same
-    # resources as the learner's (name, shape, dtype and device all match).
-    assert set(actor_globals) == agent_names
+    # The actor declares exactly the agent's variables and the frame count
+    # (which it copies with the weights: its unrolls' policy_frames) as
+    # global: the same resources as the learner's (name, shape, dtype and
+    # device all match).
+    assert set(actor_globals) == agent_names | {"global_step"}
     for name, value in actor_globals.items():
         assert value == learner_globals[name], name
     # Its local copy and its state live on its own task, out of checkpoints.
