@@ -6,7 +6,9 @@ it goes; resumable; one figure of the curves.
         --results benchmarks/results/atari5 --logdir_root /tmp/atari5
 
 Every study here goes through this tool (Atari-5, the off-policy study, the
-PBT comparison): a study is a name in STUDIES that gives its arms, or arms
+PBT comparison): a study is a name in STUDIES that gives its arms (`atari5`,
+`atari3_val`, `off_policy`: each task x each correction x {no replay,
+replay 0.5}), or arms
 given with --arm 'NAME: FLAGS' (repeatable). For each arm, in order:
 
 * `<results>/<arm>.json` complete (trained to its budget and tested): the
@@ -26,8 +28,9 @@ training episodes and the episode count every --point_minutes minutes,
 with the machine's load beside the run at that point: the load average and
 the cores that processes other than the run's used), how each training
 segment ended, the test results (each episode's return and length, their
-mean, the human-normalised score where the level has published scores) and
---beside (a free note of what else ran). The figure (--figure, default
+mean, the human-normalised score where the level has published scores),
+the settings of the run's own record, its mean policy lag and --beside (a
+free note of what else ran). The figure (--figure, default
 <results>/curves.png) draws each record's curve in a panel of its own.
 """
 
@@ -80,11 +83,61 @@ def atari_suite_arms(suite: str, frames: int) -> list[Arm]:
     ]
 
 
+# The off-policy study (the paper's Table 2, docs/off-policy.md): each task
+# with its tested command, a frame budget and a replay capacity that fits a
+# 24 GB machine (10,000 unrolls of Breakout's 80 steps would take 23 GB).
+OFF_POLICY_TASKS = {
+    "defend_the_center": (
+        ("--flagfile=flagfiles/vizdoom_defend_the_center.cfg",),
+        4_000_000,
+        10_000,
+    ),
+    "breakout": (("--level_name=atari/breakout",), 8_000_000, 4_000),
+}
+OFF_POLICY_CORRECTIONS = (
+    "vtrace",
+    "no_correction",
+    "epsilon_correction",
+    "one_step_is",
+)
+OFF_POLICY_REPLAY = 0.5
+
+
+def off_policy_arms(frames: int | None) -> list[Arm]:
+    """Each task x each correction x {no replay, replay 0.5}, task by task,
+    the replay arms after the others; `frames` replaces every budget."""
+    arms = []
+    for task, (flags, budget, capacity) in OFF_POLICY_TASKS.items():
+        for replay in (False, True):
+            for correction in OFF_POLICY_CORRECTIONS:
+                replay_flags = (
+                    (
+                        f"--replay_proportion={OFF_POLICY_REPLAY}",
+                        f"--replay_capacity={capacity}",
+                    )
+                    if replay
+                    else ()
+                )
+                arms.append(
+                    Arm(
+                        f"{task}_{correction}{'_replay' if replay else ''}",
+                        (
+                            *flags,
+                            f"--off_policy_correction={correction}",
+                            *replay_flags,
+                            f"--total_environment_frames={frames or budget}",
+                        ),
+                    )
+                )
+    return arms
+
+
 STUDIES = {
     "atari5": lambda frames: atari_suite_arms("atari5", frames or ATARI5_FRAMES),
     "atari3_val": lambda frames: atari_suite_arms(
         "atari3_val", frames or ATARI5_FRAMES
     ),
+    "off_policy": off_policy_arms,
 }
 
 
@@ -347,6 +400,10 @@ def _train(arm, record, path, logdir, train_flags, options) -> None:
     # may be from a little before it.
     curve.frames = max(curve.frames, _final_frames(log_path))
     curve.points[-1]["frames"] = curve.frames
+    if lag := _policy_lag(log_path):
+        record["policy_lag"] = lag
+    if settings := _run_settings(logdir):
+        record["settings"] = settings
     update(0.0)
     segment.update(ended=_now(), how=how, exit_status=returncode)
     write_record(path, record)
@@ -365,6 +422,34 @@ def _final_frames(log_path: str) -> int:
             if m := re.search(r"Training done: (\d+) environment frames", line):
                 frames = int(m.group(1))
     return frames
+
+
+def _policy_lag(log_path: str) -> dict | None:
+    """The last training session's mean policy lag in updates, from its
+    `Training done` line: {"fresh": x, "replayed": y or None}; None without
+    one (a stopped segment)."""
+    import re
+
+    lag = None
+    with open(log_path, errors="replace") as f:
+        for line in f:
+            if m := re.search(
+                r"mean policy lag ([\d.]+) updates(?: \(replayed ([\d.]+)\))?", line
+            ):
+                replayed = float(m.group(2)) if m.group(2) else None
+                lag = {"fresh": float(m.group(1)), "replayed": replayed}
+    return lag
+
+
+def _run_settings(logdir: str) -> dict | None:
+    """{setting: value} of the arm's run record (runtime/run_record.py), the
+    settings it trained with; None without one."""
+    try:
+        with open(os.path.join(logdir, "run_record.json")) as f:
+            settings = json.load(f)["settings"]
+    except (OSError, ValueError, KeyError):
+        return None
+    return {name: entry["value"] for name, entry in sorted(settings.items())}
 
 
 def _test(arm, record, path, logdir, options) -> None:
@@ -494,6 +579,39 @@ def markdown_table(records: list[dict]) -> str:
     return "\n".join(rows)
 
 
+def off_policy_table(records: list[dict]) -> str:
+    """The off-policy study in the layout of the paper's Table 2: a row per
+    correction and replay, a column per task; each cell the mean of the last
+    100 training episodes, the test mean and the mean policy lag (fresh, and
+    replayed with replay), '-' for an arm not run yet."""
+    by_arm = {record.get("arm"): record for record in records}
+    rows = [
+        "| correction | replay | "
+        + " | ".join(f"{task}: last 100 / test / lag" for task in OFF_POLICY_TASKS)
+        + " |",
+        "| --- | --- |" + " --- |" * len(OFF_POLICY_TASKS),
+    ]
+    for replay in (False, True):
+        for correction in OFF_POLICY_CORRECTIONS:
+            cells = [correction, f"{OFF_POLICY_REPLAY}" if replay else "none"]
+            for task in OFF_POLICY_TASKS:
+                record = by_arm.get(f"{task}_{correction}{'_replay' if replay else ''}")
+                cells.append(_off_policy_cell(record))
+            rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def _off_policy_cell(record: dict | None) -> str:
+    if not record or not record.get("complete"):
+        return "-"
+    (result,) = record["test"]["levels"].values()
+    lag = record.get("policy_lag") or {}
+    lag_text = f"{lag['fresh']:.1f}" if lag else "?"
+    if lag.get("replayed") is not None:
+        lag_text += f" ({lag['replayed']:.0f})"
+    return f"{record.get('last_mean'):.2f} / {result['mean_return']:.2f} / {lag_text}"
+
+
 # -- the command line -------------------------------------------------------------
 
 
@@ -555,7 +673,11 @@ def main(argv: list[str] | None = None) -> int:
                 load_record(os.path.join(args.results, f"{arm.name}.json"))
                 for arm in arms
             ]
-            print(markdown_table([r for r in found if r is not None]))
+            found = [r for r in found if r is not None]
+            if args.study == "off_policy":
+                print(off_policy_table(found))
+            else:
+                print(markdown_table(found))
             return 0
         if args.only:
             wanted = args.only.split(",")

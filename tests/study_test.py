@@ -76,6 +76,11 @@ def test_two_arms_train_and_test_in_order_then_are_skipped(tmp_path):
             atari57.human_normalized_score(level, test["returns"]), abs=0.01
         )
         assert record["curve"][-1]["frames"] >= FRAMES
+        # The run's own record's settings, and its policy lag.
+        assert record["settings"]["level_name"] == level
+        assert record["settings"]["off_policy_correction"] == "vtrace"
+        assert record["policy_lag"]["fresh"] > 0
+        assert record["policy_lag"]["replayed"] is None
     # Whole games: Breakout's training logs games of 5 lives (no Pong game
     # ends within this budget).
     breakout = records["breakout"]
@@ -241,3 +246,84 @@ def test_the_table_gives_each_record_its_row():
         pong == "| pong | 40.0 M | 81 | 18.5 (games) | 19.0 (2, 18 to 20) | 112.5 % |"
     )
     assert qbert == "| qbert | 1.2 M | 0 | 150.0 (episodes) | not tested | - |"
+
+
+def test_the_off_policy_study_is_each_task_by_correction_and_replay():
+    arms = study.STUDIES["off_policy"](None)
+    assert len(arms) == 16
+    names = [a.name for a in arms]
+    assert names[:8] == [
+        f"defend_the_center_{c}{r}"
+        for r in ("", "_replay")
+        for c in ("vtrace", "no_correction", "epsilon_correction", "one_step_is")
+    ]
+    by_name = {a.name: a for a in arms}
+    vizdoom = by_name["defend_the_center_one_step_is_replay"]
+    assert vizdoom.flags == (
+        "--flagfile=flagfiles/vizdoom_defend_the_center.cfg",
+        "--off_policy_correction=one_step_is",
+        "--replay_proportion=0.5",
+        "--replay_capacity=10000",
+        "--total_environment_frames=4000000",
+    )
+    breakout = by_name["breakout_vtrace"]
+    assert breakout.flags == (
+        "--level_name=atari/breakout",
+        "--off_policy_correction=vtrace",
+        "--total_environment_frames=8000000",
+    )
+    assert by_name["breakout_no_correction_replay"].flag("replay_capacity") == "4000"
+    # --frames replaces every budget.
+    assert {a.flag("total_environment_frames") for a in study.off_policy_arms(99)} == {
+        "99"
+    }
+
+
+def test_the_off_policy_table_is_laid_out_as_the_papers_table_2():
+    def record(arm, last, test, fresh, replayed=None):
+        return {
+            "arm": arm,
+            "complete": True,
+            "last_mean": last,
+            "policy_lag": {"fresh": fresh, "replayed": replayed},
+            "test": {"levels": {"x": {"mean_return": test, "returns": [test]}}},
+        }
+
+    rows = study.off_policy_table(
+        [
+            record("breakout_vtrace", 2.5, 10.0, 2.04),
+            record("defend_the_center_one_step_is_replay", 7.25, 9.5, 2.5, 612.3),
+            {"arm": "breakout_one_step_is", "complete": False},
+        ]
+    ).splitlines()
+    assert rows[0] == (
+        "| correction | replay | defend_the_center: last 100 / test / lag "
+        "| breakout: last 100 / test / lag |"
+    )
+    assert rows[2] == "| vtrace | none | - | 2.50 / 10.00 / 2.0 |"
+    assert rows[5] == "| one_step_is | none | - | - |"  # not complete yet
+    assert rows[9] == "| one_step_is | 0.5 | 7.25 / 9.50 / 2.5 (612) | - |"
+
+
+def test_a_records_policy_lag_and_settings_come_from_its_run(tmp_path):
+    log = tmp_path / "arm.log"
+    log.write_text(
+        "I1206 progress.py] frames 10 / 20 | policy lag 2.0 updates\n"
+        "Training done: 100 environment frames, 3 episodes in 9 s; mean return "
+        "of the last 3 episodes: -1.00; mean policy lag 2.4 updates (replayed "
+        "40.5). Checkpoint ...\n"
+    )
+    assert study._policy_lag(str(log)) == {"fresh": 2.4, "replayed": 40.5}
+    log.write_text("Training done: ...; mean policy lag 1.5 updates. Checkpoint\n")
+    assert study._policy_lag(str(log)) == {"fresh": 1.5, "replayed": None}
+    log.write_text("stopped by SIGINT\n")
+    assert study._policy_lag(str(log)) is None
+    (tmp_path / "run_record.json").write_text(
+        '{"settings": {"replay_proportion": {"value": 0.5, "source": "command '
+        'line"}, "agent": {"value": "shallow", "source": "default"}}}'
+    )
+    assert study._run_settings(str(tmp_path)) == {
+        "agent": "shallow",
+        "replay_proportion": 0.5,
+    }
+    assert study._run_settings(str(tmp_path / "none")) is None
