@@ -15,7 +15,7 @@
 #            of DMLab-30 need and converts them to PNG (data, not software);
 #            --build-arg DMLAB_DATASET=skip leaves them out where their
 #            download cannot be reached (the image then says so once);
-#   runtime  Python 3.11, the project (installed with the README's command;
+#   runtime  Python 3.11 (3.12, 3.13 accepted), the project (installed with the README's command;
 #            --build-arg TENSORFLOW=gpu installs tensorflow[and-cuda] instead
 #            of tensorflow-cpu), DeepMind Lab's wheel if given, the dataset
 #            and a prebuilt batcher.so. The build ends with the image's own
@@ -37,11 +37,11 @@ ARG DMLAB_DATASET=fetch
 ###############################################################################
 FROM ${PYTHON_IMAGE} AS dataset
 
-# The base image must have Python 3.11 (the project's version); checked
+# The base image must have Python 3.11 to 3.13 (the project's); checked
 # with /bin/sh, before the SHELL line, so that any base gets this line.
 RUN command -v python3 >/dev/null \
-    || { echo "PYTHON_IMAGE has no python3; the project needs Python 3.11: pass --build-arg PYTHON_IMAGE=<an image with Python 3.11>, e.g. one made by docker/local_base.sh" >&2; exit 1; } \
-    && python3 -c 'import sys; sys.exit(None if sys.version_info[:2] == (3, 11) else "PYTHON_IMAGE has Python " + sys.version.split()[0] + "; the project needs 3.11: pass --build-arg PYTHON_IMAGE=<an image with Python 3.11>, e.g. one made by docker/local_base.sh")'
+    || { echo "PYTHON_IMAGE has no python3; the project needs Python 3.11 to 3.13: pass --build-arg PYTHON_IMAGE=<an image with one of them>, e.g. one made by docker/local_base.sh" >&2; exit 1; } \
+    && python3 -c 'import sys; sys.exit(None if (3, 11) <= sys.version_info[:2] <= (3, 13) else "PYTHON_IMAGE has Python " + sys.version.split()[0] + "; the project needs 3.11 to 3.13: pass --build-arg PYTHON_IMAGE=<an image with one of them>, e.g. one made by docker/local_base.sh")'
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV DEBIAN_FRONTEND=noninteractive \
@@ -72,10 +72,10 @@ RUN if [ "${DMLAB_DATASET}" = skip ]; then \
 ###############################################################################
 FROM ${PYTHON_IMAGE} AS runtime
 
-# The base image must have Python 3.11 (the project's version).
+# The base image must have Python 3.11 to 3.13 (the project's).
 RUN command -v python3 >/dev/null \
-    || { echo "PYTHON_IMAGE has no python3; the project needs Python 3.11: pass --build-arg PYTHON_IMAGE=<an image with Python 3.11>, e.g. one made by docker/local_base.sh" >&2; exit 1; } \
-    && python3 -c 'import sys; sys.exit(None if sys.version_info[:2] == (3, 11) else "PYTHON_IMAGE has Python " + sys.version.split()[0] + "; the project needs 3.11: pass --build-arg PYTHON_IMAGE=<an image with Python 3.11>, e.g. one made by docker/local_base.sh")'
+    || { echo "PYTHON_IMAGE has no python3; the project needs Python 3.11 to 3.13: pass --build-arg PYTHON_IMAGE=<an image with one of them>, e.g. one made by docker/local_base.sh" >&2; exit 1; } \
+    && python3 -c 'import sys; sys.exit(None if (3, 11) <= sys.version_info[:2] <= (3, 13) else "PYTHON_IMAGE has Python " + sys.version.split()[0] + "; the project needs 3.11 to 3.13: pass --build-arg PYTHON_IMAGE=<an image with one of them>, e.g. one made by docker/local_base.sh")'
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV DEBIAN_FRONTEND=noninteractive \
