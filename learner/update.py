@@ -26,6 +26,7 @@ import tensorflow as tf
 import agent as agent_lib
 from config import LearnerConfig
 from learner import popart as popart_lib
+from learner.hyperparameters import MutableHyperparameters
 from learner.level_summaries import level_summaries, level_terms
 from learner.loss import Losses, compute_loss
 from learner.nan_guard import guard_finite_update
@@ -34,7 +35,7 @@ from trajectory import ActorOutput
 LearnerOutputs = collections.namedtuple(
     "LearnerOutputs",
     "train_and_count done info num_env_frames losses learning_rate vtrace_returns "
-    "level_name policy_lag",
+    "level_name policy_lag hyperparameters",
 )
 
 # The policy lag of a batch's unrolls, in learner updates: how many updates
@@ -56,6 +57,7 @@ def build_update(
     after_step=None,
     devices: Sequence[str | None] | None = None,
     reads_before_count: Sequence[tf.Tensor] = (),
+    hyperparameters: MutableHyperparameters | None = None,
 ) -> Update:
     """One optimiser step on the sum of `tower_losses` over `variables`.
 
@@ -75,16 +77,20 @@ def build_update(
     optional () -> op, built under a dependency on the optimiser step and run
     before the frame count moves (PopArt's statistics update).
     `reads_before_count`: tensors that read the frame count, run before it
-    moves (the policy lag's).
+    moves (the policy lag's). `hyperparameters`: the learning rate, epsilon
+    and clip come from its variables (a run can change them between
+    updates) instead of `config`'s numbers; whether gradients are clipped at
+    all stays `config`'s.
     """
+    values = hyperparameters.config_with_tensors(config) if hyperparameters else config
     num_env_frames = tf.compat.v1.train.get_or_create_global_step()
     learning_rate = tf.compat.v1.train.polynomial_decay(
-        config.learning_rate,
+        values.learning_rate,
         num_env_frames,
         max(config.decay_frames, 1),
         end_learning_rate=0.0,
     )
-    optimizer = make_optimizer(config, learning_rate)
+    optimizer = make_optimizer(values, learning_rate)
     devices = list(devices or [None] * len(tower_losses))
     if len(tower_losses) == 1:
         total_loss = tower_losses[0]
@@ -98,7 +104,7 @@ def build_update(
     gradients = guard_finite_update(total_loss, gradients, global_norm, num_env_frames)
     if config.max_grad_norm > 0:
         gradients, _ = tf.clip_by_global_norm(
-            gradients, config.max_grad_norm, use_norm=global_norm
+            gradients, values.max_grad_norm, use_norm=global_norm
         )
     train_op = optimizer.apply_gradients(zip(gradients, variables, strict=True))
 
@@ -179,11 +185,16 @@ def build_learner(
       episode again), num_env_frames (the global step variable), losses
       (Losses: total and each weighted term, scalars, summed over towers),
       learning_rate, vtrace_returns (vtrace.VTraceFromLogitsReturns,
-      [T, N * B] each) and policy_lag (PolicyLag).
+      [T, N * B] each), policy_lag (PolicyLag) and hyperparameters
+      (hyperparameters.MutableHyperparameters: the learning rate, entropy
+      cost, epsilon and clip the next update uses).
     """
     devices = list(devices or [None] * len(batches))
     num_env_frames = tf.compat.v1.train.get_or_create_global_step()
     policy_lag = _policy_lag(batches, num_env_frames, config)
+    hyperparameters = MutableHyperparameters(config)
+    # The loss reads the entropy cost from its variable.
+    loss_config = hyperparameters.config_with_tensors(config)
     popart, towers = None, []
     for batch, device in zip(batches, devices, strict=True):
         # Several towers: each reads the parameters once per update (below).
@@ -197,7 +208,7 @@ def build_learner(
         if config.popart and popart is None:  # after the agent's variables
             popart = popart_lib.PopArt(config.level_names, config.popart_beta)
         with _device(device):
-            towers.append(_tower(learner_outputs, batch, config, popart, device))
+            towers.append(_tower(learner_outputs, batch, loss_config, popart, device))
     losses = Losses(*map(_sum, zip(*(t.losses for t in towers), strict=True)))
     vtrace_returns = _side_by_side([t.vtrace_returns for t in towers])
     after_step = None
@@ -220,6 +231,7 @@ def build_learner(
         after_step,
         devices,
         reads_before_count=list(policy_lag),
+        hyperparameters=hyperparameters,
     )
 
     summary = tf.compat.v1.summary
@@ -268,6 +280,7 @@ def build_learner(
         vtrace_returns=vtrace_returns,
         level_name=tf.concat([b.level_name[:fresh] for b in batches], axis=0),
         policy_lag=policy_lag,
+        hyperparameters=hyperparameters,
     )
 
 

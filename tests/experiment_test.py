@@ -726,7 +726,13 @@ def test_learner_updates_lower_the_loss_on_a_fixed_batch(optimizer):
         learner = learner_on(agent, batch, config)
         returns = learner.vtrace_returns
         with tf.compat.v1.Session() as session:
-            session.run(tf.compat.v1.global_variables_initializer())
+            session.run(
+                [
+                    tf.compat.v1.global_variables_initializer(),
+                    # The learner's hyperparameters (learner/hyperparameters.py).
+                    tf.compat.v1.local_variables_initializer(),
+                ]
+            )
             before, advantages, log_probs_before = session.run(
                 (learner.losses, returns.pg_advantages, returns.target_action_log_probs)
             )
@@ -771,7 +777,13 @@ def test_learning_rate_decays_linearly_over_its_horizon(decay_frames, expected):
         )
         learner = learner_on(agent, batch, config.learner)
         with tf.compat.v1.Session() as session:
-            session.run(tf.compat.v1.global_variables_initializer())
+            session.run(
+                [
+                    tf.compat.v1.global_variables_initializer(),
+                    # The learner's hyperparameters (learner/hyperparameters.py).
+                    tf.compat.v1.local_variables_initializer(),
+                ]
+            )
             for frames, rate in expected.items():
                 learner.num_env_frames.load(frames, session)
                 assert session.run(learner.learning_rate) == pytest.approx(

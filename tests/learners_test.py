@@ -106,7 +106,13 @@ def updates(
         learner = build_learner(agent, batches, config, devices)
         variables = tf.compat.v1.global_variables()
         with session(num_towers) as sess:
-            sess.run(tf.compat.v1.global_variables_initializer())
+            sess.run(
+                [
+                    tf.compat.v1.global_variables_initializer(),
+                    # The learner's hyperparameters (learner/hyperparameters.py).
+                    tf.compat.v1.local_variables_initializer(),
+                ]
+            )
             if initial is not None:
                 for v in variables:
                     if v.op.name in initial:
@@ -678,7 +684,13 @@ def test_a_recreated_session_goes_on_from_its_servers_variables_not_a_checkpoint
         saver = checkpoints.checkpoint_saver()
         server = tf.compat.v1.train.Server.create_local_server()
         with tf.compat.v1.Session(server.target) as first:
-            first.run(tf.compat.v1.global_variables_initializer())
+            first.run(
+                [
+                    tf.compat.v1.global_variables_initializer(),
+                    # The learner's hyperparameters (learner/hyperparameters.py).
+                    tf.compat.v1.local_variables_initializer(),
+                ]
+            )
             saver.save(first, os.path.join(logdir, "model.ckpt"), 0)
             for _ in range(5):
                 first.run(update)
@@ -725,7 +737,13 @@ def test_a_new_session_trains_every_tower_on_unrolls_staged_after_it():
 
         stale, fresh = enqueue("atari/pong", 0), enqueue("atari/breakout", 1)
         with tf.compat.v1.Session(server.target) as first:
-            first.run(tf.compat.v1.global_variables_initializer())
+            first.run(
+                [
+                    tf.compat.v1.global_variables_initializer(),
+                    # The learner's hyperparameters (learner/hyperparameters.py).
+                    tf.compat.v1.local_variables_initializer(),
+                ]
+            )
             first.run(stale)
             first.run(learner_pipeline.stage_op)
         hook = pipeline.FreshStagingHook(learner_pipeline.clear_staging_op)
@@ -804,7 +822,13 @@ def test_towers_run_on_their_devices_and_the_variables_live_with_the_first(
         ]
         trace = tf.compat.v1.RunMetadata()
         with session(3) as sess:
-            sess.run(tf.compat.v1.global_variables_initializer())
+            sess.run(
+                [
+                    tf.compat.v1.global_variables_initializer(),
+                    # The learner's hyperparameters (learner/hyperparameters.py).
+                    tf.compat.v1.local_variables_initializer(),
+                ]
+            )
             for op in enqueue:
                 sess.run(op)
             sess.run(learner_pipeline.stage_op)

@@ -380,7 +380,13 @@ def whole_step_values(unrolls, start=None):
         column = tf.one_hot(popart.level_ids(batch.level_name, LEVELS), len(LEVELS))
         values = tf.reduce_sum((outputs.baseline * scale + mean) * column, axis=-1)
         with tf.compat.v1.Session() as session:
-            session.run(tf.compat.v1.global_variables_initializer())
+            session.run(
+                [
+                    tf.compat.v1.global_variables_initializer(),
+                    # The learner's hyperparameters (learner/hyperparameters.py).
+                    tf.compat.v1.local_variables_initializer(),
+                ]
+            )
             if start is not None:
                 for name, v in by_name.items():
                     v.load(start[name], session)
@@ -439,7 +445,13 @@ def level_summary_values(unrolls, use_popart: bool, scales=None) -> dict:
         build_learner(agent, [batch], config)
         summaries = tf.compat.v1.summary.merge_all()
         with tf.compat.v1.Session() as session:
-            session.run(tf.compat.v1.global_variables_initializer())
+            session.run(
+                [
+                    tf.compat.v1.global_variables_initializer(),
+                    # The learner's hyperparameters (learner/hyperparameters.py).
+                    tf.compat.v1.local_variables_initializer(),
+                ]
+            )
             if scales is not None:
                 by_name = {v.op.name: v for v in tf.compat.v1.global_variables()}
                 by_name["popart/second_moment"].load(np.square(scales), session)
