@@ -35,6 +35,7 @@ PACKAGES = (
     "evaluation",
     "families",
     "learner",
+    "pbt",
     "runtime",
     "single_machine",
 )
@@ -91,6 +92,9 @@ ALLOWED_IMPORTS = {
         "config",
         "py_process",
     },
+    # Population Based Training: the rule, the records and a member's
+    # fitness; it changes a learner through the learner's own interface.
+    "pbt": {"runtime", "families", "environments", "config", "learner"},
     # Test mode: the actor's unroll on a restored checkpoint (and the
     # learner's episode lines); never the cluster or single-machine training.
     "evaluation": {
