@@ -9,6 +9,7 @@ network port) or this process's cluster task (cluster/, --job_name and
 """
 
 import dataclasses
+import functools
 import os
 import platform
 import sys
@@ -46,6 +47,7 @@ from families.contract import FamilyFlag
 from learner import replay
 from learner.loss import OFF_POLICY_CORRECTIONS, REWARD_CLIPPINGS
 from learner.update import OPTIMIZERS
+from pbt import member as pbt_member
 from runtime import checkpoints, run_record, sessions, settings
 from runtime.errors import FlagError, LogdirError, TrainingError
 from runtime.shutdown import ShutdownRequest
@@ -295,10 +297,12 @@ def run_training(
     cluster_config: spec.ClusterConfig | None,
     shutdown: ShutdownRequest,
     record: dict | None = None,
+    member: pbt_member.Member | None = None,
 ) -> None:
     """--mode=train: single-machine training, or this task of a cluster.
     `record`: the run record that single-machine training and the chief
-    write to --logdir before the first update (run_record)."""
+    write to --logdir before the first update (run_record); `member`: this
+    run's place in a population (PBT), or None."""
     if cluster_config is None or cluster_config.is_chief:
         # Only the chief writes to --logdir: fail now, not at the first save.
         checkpoints.ensure_logdir(config.run.logdir)
@@ -313,49 +317,17 @@ def run_training(
                     f"another --logdir."
                 ) from None
     if cluster_config is None:
-        training.train(config, shutdown)
+        training.train(config, shutdown, member)
         return
     proto = servers.server_config(cluster_config, base=sessions.session_config())
     try:
         server = servers.start_server(cluster_config, proto)
     except ports.PortInUseError as e:
         raise FlagError(str(e)) from None
-    run_task = dict(chief=learner_task.run, learner=learner_task.serve)
+    chief = functools.partial(learner_task.run, evolver=member)
+    run_task = dict(chief=chief, learner=learner_task.serve)
     run_task.get(cluster_config.role, actor_task.run)(
         config, cluster_config, server, proto, shutdown
-    )
-
-
-def check_replay_memory(
-    config: Config, cluster_config: spec.ClusterConfig | None
-) -> Config:
-    """With replay: the config with its buffer's bytes (for the first line),
-    after checking that the buffers this process holds fit in its memory
-    (one a learner on one machine, one a learner task; none on an actor).
-
-    Raises:
-      FlagError: they do not fit (replay.memory_problem).
-    """
-    learner = config.learner
-    if not learner.num_replayed:
-        return config
-    specs = actor_output_specs(config.environment, config.agent, learner.unroll_length)
-    per_unroll = replay.unroll_bytes(specs)
-    if cluster_config is None:
-        held = learner.num_learners
-    else:
-        held = 0 if cluster_config.role == "actor" else 1
-    if held and (
-        problem := replay.memory_problem(
-            per_unroll, learner.replay_capacity, held, replay.available_memory_bytes()
-        )
-    ):
-        raise FlagError(problem)
-    return dataclasses.replace(
-        config,
-        learner=dataclasses.replace(
-            learner, replay_buffer_bytes=per_unroll * learner.replay_capacity
-        ),
     )
 
 
@@ -379,14 +351,23 @@ def run_mode(f: flags.FlagValues = FLAGS) -> int:
             test_mode.test(config)
         else:
             cluster_config = cluster_config_from_flags(f)
-            config = check_replay_memory(config, cluster_config)
+            role = cluster_config.role if cluster_config else "single"
+            if config.learner.num_replayed:  # the buffers this process holds
+                held = dict(single=config.learner.num_learners, actor=0).get(role, 1)
+                specs = actor_output_specs(
+                    config.environment, config.agent, config.learner.unroll_length
+                )
+                config = replay.checked_config(config, specs, held)
+            config, member = pbt_member.join_population(
+                FLAGS.flag_values_dict(), config, role
+            )
             record = (
                 run_record.resumed_record(old_record, settings, _ARGV)
                 if old_record
                 else run_record.new_record(settings, _ARGV, config.agent.torso_dtype)
             )
             with shutdown.handling_signals():
-                run_training(config, cluster_config, shutdown, record)
+                run_training(config, cluster_config, shutdown, record, member)
     except (FlagError, TrainingError) as e:
         # One line, no traceback, and the error's exit code: 2 for the
         # command line; 1 when training cannot go on (an environment given

@@ -219,8 +219,10 @@ def run(
     server,
     proto: tf.compat.v1.ConfigProto,
     shutdown: ShutdownRequest,
+    evolver: loop.Evolver | None = None,
 ) -> None:
-    """The learner task: trains on the unrolls the actor tasks enqueue.
+    """The learner task: trains on the unrolls the actor tasks enqueue
+    (`evolver`: a PBT member, learner/loop.py).
 
     The model, loss, checkpoints and logs are those of single-machine
     training; the queue, the variables (on this task's CPU) and the training
@@ -275,6 +277,7 @@ def run(
             master=server.target,
             session_config=proto,
             at_target=end_training,
+            evolver=evolver,
         )
         # The session saved the final checkpoint on closing; the server (and
         # the variables on it) lives on until this process exits.

@@ -11,7 +11,9 @@ NonFiniteUpdateError.
 from __future__ import annotations
 
 import collections
+import functools
 import time
+from typing import Protocol
 
 import tensorflow as tf
 from absl import logging
@@ -33,6 +35,38 @@ LearnerResult = collections.namedtuple(
 )
 
 
+class Evolver(Protocol):
+    """What changes a running learner from outside its loop: Population Based
+    Training's member (pbt/member.py). `build` runs in the training graph
+    before the session; the session's get the raw tf.Session and the
+    learner's MutableHyperparameters; `finish` runs after the final
+    checkpoint."""
+
+    def build(self) -> None: ...
+
+    def after_create_session(self, session, hyperparameters) -> None: ...
+
+    def after_step(
+        self, session, num_env_frames: int, episodes: list, hyperparameters
+    ) -> None: ...
+
+    def finish(self, num_env_frames: int) -> None: ...
+
+
+class _EvolverHook(tf.compat.v1.train.SessionRunHook):
+    def __init__(self, evolver: Evolver, hyperparameters):
+        self._evolver, self._hyperparameters = evolver, hyperparameters
+
+    def after_create_session(self, session, coord):
+        del coord
+        self._evolver.after_create_session(session, self._hyperparameters)
+
+
+def _evolve(evolver, num_env_frames, finished, hyperparameters, step_context):
+    """The evolver's step, on the raw session (no hooks run)."""
+    evolver.after_step(step_context.session, num_env_frames, finished, hyperparameters)
+
+
 def run_learner(
     session,
     pipeline: LearnerPipeline,
@@ -41,6 +75,7 @@ def run_learner(
     progress_logger: progress.ProgressLogger,
     shutdown,
     logdir: str,
+    evolver: Evolver | None = None,
 ) -> int:
     """Trains until total_environment_frames; returns the final frame count.
 
@@ -108,7 +143,13 @@ def run_learner(
             raise_if_non_finite(e, logdir)  # NonFiniteUpdateError: no save.
             raise
         num_env_frames = int(num_env_frames)
-        episodes.log(levels, done, info, num_env_frames)
+        finished = episodes.log(levels, done, info, num_env_frames)
+        if evolver is not None:
+            session.run_step_fn(
+                functools.partial(
+                    _evolve, evolver, num_env_frames, finished, learner.hyperparameters
+                )
+            )
         progress_logger.step(
             num_env_frames, episodes.recent_returns, queue_size, policy_lag=lag
         )
@@ -147,6 +188,7 @@ def train_learner(
     master: str = "",
     session_config: tf.compat.v1.ConfigProto | None = None,
     at_target=None,
+    evolver: Evolver | None = None,
 ) -> LearnerResult:
     """The learner's training session, from resume to the final checkpoint.
 
@@ -154,7 +196,9 @@ def train_learner(
     opens the MonitoredTrainingSession with `hooks` (master '' = in-process),
     trains to the frame target with episode and progress logging, and calls
     `at_target(session, num_env_frames)` inside the session when the target
-    is reached. Leaving the session saves the final checkpoint.
+    is reached. Leaving the session saves the final checkpoint. `evolver`:
+    a PBT member, which sets the learner's hyperparameters after each new
+    session and may change them, and its weights, after any step.
     """
     run, environment = config.run, config.environment
     started = time.monotonic()
@@ -171,6 +215,9 @@ def train_learner(
     )
     # The newest checkpoint that restores (older ones if it is damaged).
     checkpoints.resume_checkpoint(run.logdir, config.describe_model())
+    if evolver is not None:
+        evolver.build()
+        hooks = [*hooks, _EvolverHook(evolver, pipeline.learner.hyperparameters)]
     with sessions.create_training_session(
         [*hooks, FreshStagingHook(pipeline.clear_staging_op)],
         run.logdir,
@@ -184,12 +231,21 @@ def train_learner(
             config.learner.batch_size,
         )
         num_env_frames = run_learner(
-            session, pipeline, total, episodes, progress_logger, shutdown, run.logdir
+            session,
+            pipeline,
+            total,
+            episodes,
+            progress_logger,
+            shutdown,
+            run.logdir,
+            evolver,
         )
         finished = num_env_frames >= total
         if finished and at_target is not None:
             at_target(session, num_env_frames)
     summary_writer.flush()
+    if evolver is not None:  # after the final checkpoint
+        evolver.finish(num_env_frames)
     return LearnerResult(
         num_env_frames,
         episodes.num_episodes,

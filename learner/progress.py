@@ -186,14 +186,17 @@ class EpisodeLogger:
         self.recent_returns = collections.deque(maxlen=RECENT_EPISODES)
         self.num_episodes = 0
 
-    def log(self, level_names, done, info, num_env_frames: int) -> None:
-        """level_names [B] bytes, done [T, B], info arrays [T, B]."""
+    def log(self, level_names, done, info, num_env_frames: int) -> list:
+        """level_names [B] bytes, done [T, B], info arrays [T, B]; returns the
+        finished episodes' (level, return)."""
+        finished = []
         for t, b in zip(*np.nonzero(done), strict=True):
             level = level_names[b].decode()
             episode_return = float(info.episode_return[t, b])
             episode_frames = int(info.episode_step[t, b]) * self._num_action_repeats
             self.num_episodes += 1
             self.recent_returns.append(episode_return)
+            finished.append((level, episode_return))
             logging.info(
                 "Episode on %s: return %.1f, %d frames",
                 level,
@@ -220,3 +223,4 @@ class EpisodeLogger:
                 )
             self._writer.add_summary(summary, num_env_frames)
             self._suite_returns = {name: [] for name in self._suite_returns}
+        return finished

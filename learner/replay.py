@@ -21,7 +21,12 @@ learner task), and fills again from fresh unrolls.
 
 from __future__ import annotations
 
+import dataclasses
+
 import tensorflow as tf
+
+from config import Config
+from runtime.errors import FlagError
 
 # What a string element of an unroll (the level name, DeepMind Lab's
 # instruction) is counted as: TensorFlow's string object plus a short text.
@@ -182,3 +187,28 @@ class ReplayBuffer:
         buffer they are in: the replayed part of a batch."""
         with tf.control_dependencies([self.insert(unrolls)]):
             return self.sample(count)
+
+
+def checked_config(config: Config, specs, num_buffers: int) -> Config:
+    """With replay: `config` with one buffer's bytes (for the first line),
+    once the `num_buffers` buffers this process holds (one a learner on one
+    machine, one a learner task, none on an actor) are checked to fit in
+    its memory; `specs`: an unroll's (actor_output_specs).
+
+    Raises:
+      FlagError: they do not fit (memory_problem).
+    """
+    learner = config.learner
+    per_unroll = unroll_bytes(specs)
+    if num_buffers and (
+        problem := memory_problem(
+            per_unroll, learner.replay_capacity, num_buffers, available_memory_bytes()
+        )
+    ):
+        raise FlagError(problem)
+    return dataclasses.replace(
+        config,
+        learner=dataclasses.replace(
+            learner, replay_buffer_bytes=per_unroll * learner.replay_capacity
+        ),
+    )

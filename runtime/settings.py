@@ -26,7 +26,8 @@ class Setting:
       that family's levels: `family_defaults`); its type is the flag's.
     help: the flag's help.
     section: the config it belongs to ("run", "environment", "agent",
-      "learner"), "cluster" (cluster.ClusterConfig) or "process" (what this
+      "learner"), "cluster" (cluster.ClusterConfig), "population"
+      (pbt.member.PopulationConfig) or "process" (what this
       process does, not the run: --print_config).
     choices: for a choice among names, the names; () where experiment.py
       gives them from the module that owns them (the agent's torsos, the
@@ -341,6 +342,93 @@ SETTINGS: tuple[Setting, ...] = (
         " family's flag file, --flagfile, command line, TF_CONFIG, the "
         "logdir's run record) and exit, writing nothing.",
         "process",
+    ),
+    Setting(
+        "population_dir",
+        "",
+        "Population Based Training (docs/pbt.md): the population's shared "
+        "directory (a local path, NFS or a bucket, read and written through "
+        "tf.io.gfile); each member is a run of its own with its own "
+        "--logdir and --population_member. Empty: no population.",
+        "population",
+    ),
+    Setting(
+        "population_member",
+        -1,
+        "This run's index in the population (0 to --population_size - 1).",
+        "population",
+    ),
+    Setting(
+        "population_size",
+        24,
+        "Members of the population (the paper's 24).",
+        "population",
+    ),
+    Setting(
+        "pbt_hyperparameters",
+        "learning_rate,entropy_cost,epsilon",
+        "The hyperparameters that evolve (the paper's; its Atari agent also "
+        "evolved max_grad_norm), each drawn from its prior at the start.",
+        "population",
+    ),
+    Setting(
+        "pbt_learning_rate_prior",
+        "5e-6,5e-3",
+        "low,high of the learning rate's log-uniform prior (the paper's).",
+        "population",
+    ),
+    Setting(
+        "pbt_entropy_cost_prior",
+        "5e-5,1e-2",
+        "low,high of the entropy cost's log-uniform prior (the paper's).",
+        "population",
+    ),
+    Setting(
+        "pbt_epsilon_choices",
+        "0.1,0.001,1e-05,1e-07",
+        "The choices of RMSProp's epsilon (the paper's).",
+        "population",
+    ),
+    Setting(
+        "pbt_max_grad_norm_prior",
+        "10,100",
+        "low,high of the gradient clip's log-uniform prior (not given by the "
+        "paper; around Atari's 40).",
+        "population",
+    ),
+    Setting(
+        "pbt_burn_in_frames",
+        20_000_000,
+        "No evolution before a member has trained this many frames (the paper's 20 M).",
+        "population",
+    ),
+    Setting(
+        "pbt_ready_episodes",
+        5000,
+        "Episodes a member plays between two evolutions (the paper's 5,000).",
+        "population",
+    ),
+    Setting(
+        "pbt_copy_threshold",
+        5.0,
+        "A member copies the one it is compared with when that one's fitness "
+        "is higher by more than this: percentage points of the capped "
+        "human-normalised score (the paper's 5), or return where the levels "
+        "have no published scores.",
+        "population",
+    ),
+    Setting(
+        "pbt_perturb_probability",
+        0.33,
+        "Each evolving hyperparameter is perturbed with this probability at "
+        "each evolution (the paper's 0.33).",
+        "population",
+    ),
+    Setting(
+        "pbt_perturb_factor",
+        1.2,
+        "A perturbation multiplies or divides by this (the paper's 1.2).",
+        "population",
     ),
     Setting(
         "environment_timeout_secs",

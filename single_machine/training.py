@@ -25,8 +25,11 @@ from runtime import sessions
 from runtime.shutdown import ShutdownRequest
 
 
-def train(config: Config, shutdown: ShutdownRequest) -> None:
-    """Single-machine training until --total_environment_frames.
+def train(
+    config: Config, shutdown: ShutdownRequest, evolver: loop.Evolver | None = None
+) -> None:
+    """Single-machine training until --total_environment_frames (`evolver`:
+    a PBT member, learner/loop.py).
 
     One graph: the agent, the queue, the learner's pipeline (which builds the
     agent's variables) and `num_actors` actors whose inference shares the
@@ -75,6 +78,7 @@ def train(config: Config, shutdown: ShutdownRequest) -> None:
             hooks,
             shutdown,
             session_config=sessions.session_config(True, num_environments),
+            evolver=evolver,
         )
     if shutdown.requested:
         shutdown.log_stop(result.num_env_frames, run.logdir)
