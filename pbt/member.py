@@ -52,6 +52,7 @@ from pbt.rule import (
     evolve,
     is_ready,
 )
+from runtime import run_record
 from runtime.errors import FlagError
 
 # The settings (runtime/settings.py, section "population") a member reads.
@@ -208,11 +209,9 @@ class Member:
         directory = population.directory
         try:
             shared = records.read_json(os.path.join(directory, records.POPULATION_FILE))
-            if shared is None:
+            first = shared is None
+            if first:
                 shared = population.describe()
-                records.write_json(
-                    os.path.join(directory, records.POPULATION_FILE), shared
-                )
             record = records.read_member(directory, population.member)
         except (tf.errors.OpError, OSError) as e:
             raise FlagError(
@@ -232,6 +231,33 @@ class Member:
                     f"{shared.get(key)}, this run's {mine[key]}; start every "
                     "member with the same population settings."
                 )
+        run = run_record.read(self.logdir)
+        if run is not None:
+            recorded = {
+                name: run["settings"].get(name, {}).get("value")
+                for name in ("population_dir", "population_member")
+            }
+            if recorded["population_dir"] and recorded != {
+                "population_dir": directory,
+                "population_member": population.member,
+            }:
+                raise FlagError(
+                    f"--logdir={self.logdir}: its run is member "
+                    f"{recorded['population_member']} of the population in "
+                    f"{recorded['population_dir']}, not member "
+                    f"{population.member} of {directory}; give each member a "
+                    "--logdir of its own."
+                )
+        sharing = [
+            k
+            for k, r in records.read_members(directory).items()
+            if r.get("logdir") == self.logdir and k != population.member
+        ]
+        if sharing:
+            raise FlagError(
+                f"--logdir={self.logdir}: member {sharing[0]} of {directory} "
+                "trains there; give each member a --logdir of its own."
+            )
         if record is not None and record.get("logdir") != self.logdir:
             raise FlagError(
                 f"--population_member={population.member}: that member of "
@@ -253,7 +279,20 @@ class Member:
             }
         self._record = record
         self.hyperparameters = dict(record["hyperparameters"])
-        self._write(force=True)
+        # Written only once every check passed: a refused member writes
+        # nothing.
+        try:
+            if first:
+                records.write_json(
+                    os.path.join(directory, records.POPULATION_FILE), shared
+                )
+            self._write(force=True)
+        except (tf.errors.OpError, OSError) as e:
+            raise FlagError(
+                f"--population_dir={directory}: cannot be written "
+                f"({getattr(e, 'message', e)}); give a directory every member "
+                "can write."
+            ) from None
         return dict(self.hyperparameters)
 
     def build(self) -> None:

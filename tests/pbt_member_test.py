@@ -76,6 +76,12 @@ def test_a_member_joins_once_and_a_restart_continues_as_it(tmp_path):
     assert again == first
     with pytest.raises(FlagError, match="trains in /runs/m0, not --logdir=/runs/x"):
         member_lib.Member(population, "/runs/x", ["atari/pong"]).join(defaults)
+    # Another member in the same logdir: refused.
+    second = member_lib.population_config(
+        values(population_dir=str(tmp_path), population_size=2, population_member=1)
+    )
+    with pytest.raises(FlagError, match="member 0 of .* trains there"):
+        member_lib.Member(second, "/runs/m0", ["atari/pong"]).join(defaults)
     # Another population's settings in the same directory: refused.
     other = member_lib.population_config(
         values(population_dir=str(tmp_path), population_size=3, population_member=2)
@@ -171,6 +177,31 @@ def test_a_copy_restores_the_donors_weights_and_settles_with_the_next_checkpoint
     assert event["copied_from"] == 0 and event["donor_checkpoint"] == donor_checkpoint
     assert event["frames"] == 100 and event["after"] == pytest.approx(now)
     assert sorted(event["perturbed"]) == ["entropy_cost", "epsilon", "learning_rate"]
+
+
+def test_a_logdir_of_another_populations_member_is_refused(tmp_path):
+    logdir = tmp_path / "run"
+    logdir.mkdir()
+    (logdir / "run_record.json").write_text(
+        json.dumps(
+            {
+                "settings": {
+                    "population_dir": {"value": "/elsewhere", "source": "x"},
+                    "population_member": {"value": 0, "source": "x"},
+                }
+            }
+        )
+    )
+    population = member_lib.population_config(
+        values(population_dir=str(tmp_path / "p"), population_size=2)
+    )
+    with pytest.raises(FlagError) as error:
+        member_lib.Member(population, str(logdir), ["atari/pong"]).join({})
+    assert not (tmp_path / "p").exists()  # nothing written
+    assert str(error.value) == (
+        f"--logdir={logdir}: its run is member 0 of the population in /elsewhere, "
+        f"not member 0 of {tmp_path / 'p'}; give each member a --logdir of its own."
+    )
 
 
 def test_a_population_directory_that_cannot_be_written_is_refused(tmp_path, capsys):
