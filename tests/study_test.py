@@ -6,8 +6,10 @@ truncated record refused, nothing overwritten. And the Atari-5 suites."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 from run_helpers import REPO_ROOT
@@ -45,94 +47,122 @@ def run_study(tmp_path, *args, timeout=300):
     )
 
 
+# Breakout to a budget it reaches; Pong to one it cannot reach before the
+# test stops it.
 ARMS = (
-    f"--arm=breakout: --level_name=atari/breakout {TINY}",
-    f"--arm=pong: --level_name=atari/pong {TINY}",
+    f"--arm=breakout: --level_name=atari/breakout {TINY} "
+    f"--total_environment_frames={FRAMES}",
+    f"--arm=pong: --level_name=atari/pong {TINY} --total_environment_frames=400000",
 )
 
 
-@pytest.mark.slow
-def test_two_arms_train_and_test_in_order_then_are_skipped(tmp_path):
-    result = run_study(tmp_path, *ARMS, f"--frames={FRAMES}")
-    assert result.returncode == 0, result.stderr[-3000:]
-    records = {}
-    for name, level in (("breakout", "atari/breakout"), ("pong", "atari/pong")):
-        path = tmp_path / "results" / f"{name}.json"
-        record = json.loads(path.read_text())
-        records[name] = record
-        assert record["complete"] is True
-        assert record["frames"] >= FRAMES == record["frames_target"]
-        assert record["command"].startswith(
-            f"python3 experiment.py --level_name={level}"
-        )
-        assert f"--logdir={tmp_path / 'runs' / name}" in record["command"]
-        assert record["commit"] == study.code_commit()["commit"]
-        assert record["machine"]["nproc"] == os.cpu_count()
-        assert record["segments"][0]["exit_status"] == 0
-        test = record["test"]["levels"][level]
-        assert test["episodes"] == 2 == len(test["returns"])
-        assert test["mean_return"] == sum(test["returns"]) / 2
-        assert test["human_normalized"] == pytest.approx(
-            atari57.human_normalized_score(level, test["returns"]), abs=0.01
-        )
-        assert record["curve"][-1]["frames"] >= FRAMES
-        # The run's own record's settings, and its policy lag.
-        assert record["settings"]["level_name"] == level
-        assert record["settings"]["off_policy_correction"] == "vtrace"
-        assert record["policy_lag"]["fresh"] > 0
-        assert record["policy_lag"]["replayed"] is None
-    # Whole games: Breakout's training logs games of 5 lives (no Pong game
-    # ends within this budget).
-    breakout = records["breakout"]
-    assert breakout["unit"] == "game"
-    assert breakout["episodes"] > breakout["games"] > 0
-    # Trained in order: Breakout's test ended before Pong started.
-    assert (
-        records["breakout"]["test"]["date"] <= records["pong"]["segments"][0]["started"]
+def start_study(tmp_path, *args) -> subprocess.Popen:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            STUDY,
+            f"--results={tmp_path / 'results'}",
+            f"--logdir_root={tmp_path / 'runs'}",
+            "--test_episodes=2",
+            "--point_minutes=0.05",
+            *args,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
-    # A second invocation skips both: nothing trains, nothing is rewritten.
-    before = {n: (tmp_path / "results" / f"{n}.json").read_text() for n in records}
-    log_mtime = os.path.getmtime(tmp_path / "runs" / "pong.log")
-    again = run_study(tmp_path, *ARMS, f"--frames={FRAMES}", timeout=60)
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert again.stdout.count("complete") == 2
-    for name, text in before.items():
-        assert (tmp_path / "results" / f"{name}.json").read_text() == text
-    assert os.path.getmtime(tmp_path / "runs" / "pong.log") == log_mtime
+
+def wait_for_record(path, ready, timeout: float = 240.0) -> dict:
+    """The record at `path` once `ready(record)`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            record = None
+        if record is not None and ready(record):
+            return record
+        time.sleep(0.5)
+    raise AssertionError(f"{path} never got there")
 
 
 @pytest.mark.slow
-def test_an_arm_stopped_part_way_continues_from_its_checkpoint(tmp_path):
-    arm = f"--arm=pong: --level_name=atari/pong {TINY}"
-    # A budget it cannot reach in the time limit: stopped with SIGINT,
-    # which writes a checkpoint; the record is incomplete.
-    first = run_study(tmp_path, arm, "--frames=400000", "--minutes=0.4")
-    assert first.returncode == 1, first.stderr[-3000:]
-    path = tmp_path / "results" / "pong.json"
-    record = json.loads(path.read_text())
-    assert record["complete"] is False
-    assert record["segments"][0]["how"] == "time limit (0.4 min)"
-    stopped_at = record["frames"]
+def test_arms_train_in_order_continue_after_a_stop_and_are_skipped_once_complete(
+    tmp_path,
+):
+    results = tmp_path / "results"
+    # First: Breakout trains to its budget and is tested; Pong starts, and a
+    # SIGINT to the study once Pong has frames stops it with a checkpoint.
+    first = start_study(tmp_path, *ARMS)
+    try:
+        wait_for_record(results / "pong.json", lambda r: r.get("frames", 0) > 0)
+        first.send_signal(signal.SIGINT)
+        _, err = first.communicate(timeout=120)
+    finally:
+        first.kill()
+    assert first.returncode == 1, err[-3000:]
+    breakout = json.loads((results / "breakout.json").read_text())
+    assert breakout["complete"] is True
+    assert breakout["frames"] >= FRAMES == breakout["frames_target"]
+    assert breakout["command"].startswith(
+        "python3 experiment.py --level_name=atari/breakout"
+    )
+    assert f"--logdir={tmp_path / 'runs' / 'breakout'}" in breakout["command"]
+    assert breakout["commit"] == study.code_commit()["commit"]
+    assert breakout["machine"]["nproc"] == os.cpu_count()
+    assert breakout["segments"][0]["exit_status"] == 0
+    test = breakout["test"]["levels"]["atari/breakout"]
+    assert test["episodes"] == 2 == len(test["returns"])
+    assert test["mean_return"] == sum(test["returns"]) / 2
+    assert test["human_normalized"] == pytest.approx(
+        atari57.human_normalized_score("atari/breakout", test["returns"]), abs=0.01
+    )
+    assert breakout["curve"][-1]["frames"] >= FRAMES
+    # The run's own record's settings, and its policy lag.
+    assert breakout["settings"]["level_name"] == "atari/breakout"
+    assert breakout["settings"]["off_policy_correction"] == "vtrace"
+    assert breakout["policy_lag"]["fresh"] > 0
+    assert breakout["policy_lag"]["replayed"] is None
+    # Whole games: Breakout's training logs games of 5 lives.
+    assert breakout["unit"] == "game"
+    assert breakout["episodes"] > breakout["games"] > 0
+    pong = json.loads((results / "pong.json").read_text())
+    assert pong["complete"] is False and "test" not in pong
+    assert pong["segments"][0]["how"] == "SIGINT to study.py"
+    # Trained in order: Breakout's test ended before Pong started.
+    assert breakout["test"]["date"] <= pong["segments"][0]["started"]
+    stopped_at = pong["frames"]
     assert 0 < stopped_at < 400000
-    points = len(record["curve"])
-    # The same command continues: the checkpoint's frames, not zero.
-    second = run_study(tmp_path, arm, "--frames=400000", "--minutes=0.3")
+    points = len(pong["curve"])
+
+    # The same command again: Breakout is skipped, its record untouched;
+    # Pong continues from its checkpoint until the time limit.
+    kept = (results / "breakout.json").read_text()
+    breakout_log = os.path.getmtime(tmp_path / "runs" / "breakout.log")
+    second = run_study(tmp_path, *ARMS, "--minutes=0.3")
     assert second.returncode == 1, second.stderr[-3000:]
-    record = json.loads(path.read_text())
-    assert len(record["segments"]) == 2
-    assert len(record["curve"]) > points
-    assert record["frames"] > stopped_at
+    assert "breakout: complete" in second.stdout
+    assert (results / "breakout.json").read_text() == kept
+    assert os.path.getmtime(tmp_path / "runs" / "breakout.log") == breakout_log
+    pong = json.loads((results / "pong.json").read_text())
+    assert [s["how"] for s in pong["segments"]] == [
+        "SIGINT to study.py",
+        "time limit (0.3 min)",
+    ]
+    assert len(pong["curve"]) > points
+    assert pong["frames"] > stopped_at
     log = (tmp_path / "runs" / "pong.log").read_text()
     assert "Restored" in log or "resum" in log.lower(), log[-2000:]
-    minutes = [p["minutes"] for p in record["curve"]]
+    minutes = [p["minutes"] for p in pong["curve"]]
     assert minutes == sorted(minutes)
 
     # Another commit's unfinished record: refused, nothing overwritten.
-    record["commit"] = "0" * 40
-    path.write_text(json.dumps(record))
+    pong["commit"] = "0" * 40
+    path = results / "pong.json"
+    path.write_text(json.dumps(pong))
     text = path.read_text()
-    refused = run_study(tmp_path, arm, "--frames=400000", timeout=60)
+    refused = run_study(tmp_path, *ARMS, timeout=60)
     assert refused.returncode == 2
     assert refused.stderr.count("\n") == 1
     assert f"{path}: an incomplete record of commit {'0' * 40}" in refused.stderr
