@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import random
+from pathlib import Path
 
 import pytest
 
@@ -169,3 +170,34 @@ def test_records_are_written_whole_and_read_back(tmp_path):
     assert all("time" in e for e in lineage)
     leftovers = [p.name for p in (tmp_path / "population").rglob("*.tmp-*")]
     assert leftovers == ["1.json.tmp-dead"]
+
+
+def test_the_figure_follows_each_member_through_its_evolutions(tmp_path):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import pbt_figure
+
+    root = str(tmp_path)
+    records.write_json(
+        f"{root}/population.json",
+        {"priors": [{"name": "learning_rate"}, {"name": "epsilon"}]},
+    )
+    start = {"learning_rate": 1e-3, "epsilon": 0.1, "entropy_cost": 0.01}
+    after = {"learning_rate": 1.2e-3, "epsilon": 1e-3, "entropy_cost": 0.01}
+    records.write_member(root, 0, {"frames": 900, "hyperparameters": start})
+    records.write_member(root, 1, {"frames": 800, "hyperparameters": after})
+    records.append_lineage(
+        root,
+        {"member": 1, "frames": 500, "before": start, "after": after, "copied_from": 0},
+    )
+    series = pbt_figure.trajectories(root)
+    assert series[0] == {
+        "frames": [0, 900],
+        "copies": [],
+        "learning_rate": [1e-3, 1e-3],
+        "epsilon": [0.1, 0.1],
+    }
+    assert series[1]["frames"] == [0, 500, 800]
+    assert series[1]["learning_rate"] == [1e-3, 1.2e-3, 1.2e-3]
+    assert series[1]["copies"] == [(500, 0)]
