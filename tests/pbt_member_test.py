@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
+import subprocess
+import time
 
 import pytest
 import tensorflow as tf
-from run_helpers import SMALL, run_command_line, run_experiment
+from run_helpers import REPO_ROOT, SMALL, command, run_command_line, run_experiment
 
 from config import LearnerConfig
 from learner.hyperparameters import MutableHyperparameters
@@ -225,7 +226,7 @@ def test_a_population_directory_that_cannot_be_written_is_refused(tmp_path, caps
 
 
 @pytest.mark.slow
-def test_two_members_on_pong_one_copies_the_other(tmp_path):
+def test_two_members_on_pong_one_copies_the_other_through_a_kill(tmp_path):
     shared = tmp_path / "population"
     common = [
         *SMALL,
@@ -249,16 +250,47 @@ def test_two_members_on_pong_one_copies_the_other(tmp_path):
     # cannot be relied on to have one, and the rule's test is unit-tested.
     record["fitness"] = 1000.0
     records.write_member(str(shared), 0, record)
-    second = run_experiment(
-        *common, "--population_member=1", f"--logdir={tmp_path / 'm1'}"
-    )
+
+    # Member 1, killed (SIGKILL) as soon as it has copied member 0.
+    # Its budget leaves it time for games (and evolutions) after a restart.
+    member_1 = [
+        *common,
+        "--population_member=1",
+        f"--logdir={tmp_path / 'm1'}",
+        "--total_environment_frames=16000",
+    ]
+    log = tmp_path / "m1.log"
+    with open(log, "w") as out:
+        process = subprocess.Popen(command(*member_1), cwd=REPO_ROOT, stderr=out)
+    try:
+        deadline = time.monotonic() + 150
+        while "copied member 0" not in log.read_text():
+            assert process.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)
+        process.kill()
+    finally:
+        process.kill()
+        process.wait()
+    # Whatever the kill interrupted, the records are whole and agree: an
+    # evolution is in the lineage only with a checkpoint after it.
+    drawn = records.read_member(str(shared), 1)
+    lineage = records.read_lineage(str(shared))
+    if lineage:
+        assert drawn["hyperparameters"] == pytest.approx(lineage[-1]["after"])
+    else:
+        assert drawn["evolutions"] == 0
+    assert set(records.read_members(str(shared))) == {0, 1}
+
+    # The same command continues member 1 from its last whole checkpoint.
+    second = run_experiment(*member_1)
     assert second.returncode == 0, second.stderr[-3000:]
-    assert re.search(r"PBT: member 1 at \d+ frames .*: copied member 0", second.stderr)
+    assert "Resuming from a checkpoint at" in second.stderr
     lineage = records.read_lineage(str(shared))
     assert lineage and all(e["member"] == 1 for e in lineage)
-    assert lineage[0]["copied_from"] == 0
+    assert all(e["copied_from"] == 0 for e in lineage)
     assert lineage[0]["donor_checkpoint"] == record["checkpoint"]
-    assert lineage[0]["perturbed"]
+    assert all(e["perturbed"] for e in lineage)
     final = records.read_member(str(shared), 1)
     assert final["hyperparameters"] == pytest.approx(lineage[-1]["after"])
     assert final["evolutions"] == len(lineage)
