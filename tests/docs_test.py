@@ -390,6 +390,26 @@ def test_every_flag_experiment_py_defines_is_documented():
     )
 
 
+def test_the_tfjob_manifests_run_experiment_py_with_flags_it_defines():
+    defined = set(_defined_flags("experiment.py")) | ABSL_BUILTIN_FLAGS
+    for name in ("tfjob.yaml", "pbt_tfjob.yaml"):
+        text = _read(REPO / "docs" / name)
+        commands = re.findall(
+            r"- python3\n\s*- experiment\.py\n((?:\s*- --\S+\n)+)", text
+        )
+        assert commands, name
+        for command in commands:
+            flags = re.findall(r"- --(\w+)=", command)
+            assert flags and set(flags) <= defined, (name, set(flags) - defined)
+    # One TFJob per member, each with its own member index and logdir.
+    pbt = _read(REPO / "docs" / "pbt_tfjob.yaml")
+    assert re.findall(r"- --population_member=(\d+)", pbt) == ["0", "0", "1", "1"]
+    assert re.findall(r"- --logdir=(\S+)", pbt) == [
+        "/population/runs/0",
+        "/population/runs/1",
+    ]
+
+
 def test_launch_flags_are_declared_settings_and_documented():
     import launch
     from runtime import settings
