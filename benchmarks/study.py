@@ -42,6 +42,7 @@ import datetime
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -60,6 +61,9 @@ class Arm:
 
     name: str
     flags: tuple[str, ...]
+    # Arms of one group train at the same time (a population's members),
+    # each in a study process of its own; "" trains alone, in order.
+    group: str = ""
 
     def flag(self, name: str) -> str | None:
         """The value of --name in the arm's flags, or None."""
@@ -132,12 +136,60 @@ def off_policy_arms(frames: int | None) -> list[Arm]:
     return arms
 
 
+# The PBT study (docs/pbt.md): a population of 4 on ViZDoom defend_the_center
+# from the paper's priors, against the same 4 draws and seeds with evolution
+# off (burn-in beyond the budget), at an equal total budget; the burn-in and
+# the episodes between evolutions scaled down for it. Each arm's members
+# train together; their population directories are under --logdir_root.
+PBT_MEMBERS = 4
+PBT_FRAMES = 6_000_000
+PBT_TASK = (
+    "--flagfile=flagfiles/vizdoom_defend_the_center.cfg",
+    # 4 members at once on 2 cores: 2 actors of 4 environments each.
+    "--num_actors=2",
+    "--save_checkpoint_secs=120",
+)
+PBT_BURN_IN_FRAMES = 1_000_000
+PBT_RULE = (
+    "--pbt_ready_episodes=200",
+    # Fitness is the return here (no published scores): 1 kill.
+    "--pbt_copy_threshold=1",
+)
+
+
+def pbt_arms(frames: int | None) -> list[Arm]:
+    """Each member of the evolving population ('pbt_k') and of the same
+    draws without evolution ('fixed_k'); `frames` replaces the budget."""
+    arms = []
+    for kind in ("pbt", "fixed"):
+        burn_in = 10**15 if kind == "fixed" else PBT_BURN_IN_FRAMES
+        for k in range(PBT_MEMBERS):
+            arms.append(
+                Arm(
+                    f"{kind}_{k}",
+                    (
+                        *PBT_TASK,
+                        f"--pbt_burn_in_frames={burn_in}",
+                        *PBT_RULE,
+                        f"--population_dir={{logdir_root}}/{kind}_population",
+                        f"--population_size={PBT_MEMBERS}",
+                        f"--population_member={k}",
+                        f"--seed={k + 1}",
+                        f"--total_environment_frames={frames or PBT_FRAMES}",
+                    ),
+                    group=kind,
+                )
+            )
+    return arms
+
+
 STUDIES = {
     "atari5": lambda frames: atari_suite_arms("atari5", frames or ATARI5_FRAMES),
     "atari3_val": lambda frames: atari_suite_arms(
         "atari3_val", frames or ATARI5_FRAMES
     ),
     "off_policy": off_policy_arms,
+    "pbt": pbt_arms,
 }
 
 
@@ -279,14 +331,24 @@ class Options:
     program: str = os.path.join(common.REPO, "experiment.py")
 
 
+def _expanded(arm: Arm, logdir: str) -> list[str]:
+    """The arm's flags, "{logdir_root}" made the folder of its `logdir`."""
+    root = os.path.dirname(logdir)
+    return [f.replace("{logdir_root}", root) for f in arm.flags]
+
+
 def train_command(arm: Arm, logdir: str) -> list[str]:
-    return [*arm.flags, f"--logdir={logdir}"]
+    return [*_expanded(arm, logdir), f"--logdir={logdir}"]
 
 
 def test_command(arm: Arm, logdir: str, episodes: int) -> list[str]:
     """Test mode on the arm's levels with its agent flags (the training-only
     flags left out), the final checkpoint of `logdir`."""
-    kept = [f for f in arm.flags if not f.startswith("--total_environment_frames=")]
+    kept = [
+        f
+        for f in _expanded(arm, logdir)
+        if not f.startswith("--total_environment_frames=")
+    ]
     return [
         *kept,
         "--mode=test",
@@ -404,6 +466,8 @@ def _train(arm, record, path, logdir, train_flags, options) -> None:
         record["policy_lag"] = lag
     if settings := _run_settings(logdir):
         record["settings"] = settings
+        if population := _population_record(settings):
+            record["population"] = population
     update(0.0)
     segment.update(ended=_now(), how=how, exit_status=returncode)
     write_record(path, record)
@@ -450,6 +514,23 @@ def _run_settings(logdir: str) -> dict | None:
     except (OSError, ValueError, KeyError):
         return None
     return {name: entry["value"] for name, entry in sorted(settings.items())}
+
+
+def _population_record(settings: dict) -> dict | None:
+    """A population member's record and its evolutions (pbt/records.py),
+    so that the study's record keeps them; None for a run of no population."""
+    directory = settings.get("population_dir")
+    if not directory:
+        return None
+    from pbt import records
+
+    member = settings["population_member"]
+    return {
+        "member": records.read_member(directory, member),
+        "lineage": [
+            e for e in records.read_lineage(directory) if e["member"] == member
+        ],
+    }
 
 
 def _test(arm, record, path, logdir, options) -> None:
@@ -612,6 +693,101 @@ def _off_policy_cell(record: dict | None) -> str:
     return f"{record.get('last_mean'):.2f} / {result['mean_return']:.2f} / {lag_text}"
 
 
+# -- arms that train together --------------------------------------------------------
+
+
+def _batches(arms: list[Arm]) -> list[list[Arm]]:
+    """The arms in order, the consecutive arms of one group together."""
+    batches: list[list[Arm]] = []
+    for arm in arms:
+        if arm.group and batches and batches[-1][0].group == arm.group:
+            batches[-1].append(arm)
+        else:
+            batches.append([arm])
+    return batches
+
+
+def run_together(arms: list[Arm], args) -> list[dict]:
+    """Trains and tests `arms` at the same time: a study process each
+    (`--only` the arm, the same options), so that each arm is run, recorded
+    and continued as any other. A SIGINT or SIGTERM here goes to each.
+    Returns their records."""
+    passed = [
+        f"--results={args.results}",
+        f"--logdir_root={args.logdir_root}",
+        f"--test_episodes={args.test_episodes}",
+        f"--point_minutes={args.point_minutes}",
+        f"--program={args.program}",
+        "--no_figure",
+    ]
+    passed += [f"--frames={args.frames}"] if args.frames else []
+    passed += [f"--minutes={args.minutes}"] if args.minutes else []
+    passed += [f"--beside={args.beside}"] if args.beside else []
+    children = [
+        subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), args.study, "--only", a.name]
+            + passed
+        )
+        for a in arms
+    ]
+
+    def forward(signum, _frame):
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signum)
+
+    previous = {
+        signum: signal.signal(signum, forward)
+        for signum in (signal.SIGINT, signal.SIGTERM)
+    }
+    try:
+        codes = [child.wait() for child in children]
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if 2 in codes:
+        raise StudyError(
+            f"an arm of group {arms[0].group} was refused (its line above); "
+            "nothing else was changed."
+        )
+    return [
+        load_record(os.path.join(args.results, f"{a.name}.json"))
+        or {"arm": a.name, "complete": False}
+        for a in arms
+    ]
+
+
+def pbt_table(records: list[dict]) -> str:
+    """The PBT study: a row per arm (the evolving population, the same draws
+    without evolution) with each member's test mean, the best and the
+    median of them, and the members' last-100 training means."""
+    import statistics
+
+    rows = [
+        "| arm | members' test means | best | median | training, last 100 |",
+        "| --- | --- | ---: | ---: | --- |",
+    ]
+    for kind in ("pbt", "fixed"):
+        members = sorted(
+            (r for r in records if r.get("arm", "").startswith(f"{kind}_")),
+            key=lambda r: r["arm"],
+        )
+        tests = [
+            next(iter(r["test"]["levels"].values()))["mean_return"]
+            for r in members
+            if r.get("complete")
+        ]
+        if not tests:
+            rows.append(f"| {kind} | - | - | - | - |")
+            continue
+        trained = ", ".join(f"{r.get('last_mean', 0):.2f}" for r in members)
+        rows.append(
+            f"| {kind} | {', '.join(f'{t:.2f}' for t in tests)} | {max(tests):.2f} "
+            f"| {statistics.median(tests):.2f} | {trained} |"
+        )
+    return "\n".join(rows)
+
+
 # -- the command line -------------------------------------------------------------
 
 
@@ -646,6 +822,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--beside", default="", help="what else runs (a note)")
     parser.add_argument("--figure", default=None)
     parser.add_argument(
+        "--no_figure",
+        action="store_true",
+        help="draw no figure (a study process of arms that train together)",
+    )
+    parser.add_argument(
         "--table",
         action="store_true",
         help="print the records' Markdown table and exit (nothing trains)",
@@ -676,6 +857,8 @@ def main(argv: list[str] | None = None) -> int:
             found = [r for r in found if r is not None]
             if args.study == "off_policy":
                 print(off_policy_table(found))
+            elif args.study == "pbt":
+                print(pbt_table(found))
             else:
                 print(markdown_table(found))
             return 0
@@ -713,12 +896,17 @@ def main(argv: list[str] | None = None) -> int:
                     ),
                 )
         records = []
-        for arm in arms:
-            record = run_arm(arm, options, commit)
-            records.append(record)
-            if not record.get("complete"):
+        for batch in _batches(arms):
+            if len(batch) == 1:
+                done = [run_arm(batch[0], options, commit)]
+            else:
+                done = run_together(batch, args)
+            records += done
+            stopped = [r["arm"] for r in done if not r.get("complete")]
+            if stopped:
                 print(
-                    f"{arm.name}: stopped before its end; the same command continues it."
+                    f"{', '.join(stopped)}: stopped before the end; the same "
+                    "command continues."
                 )
                 break
     except StudyError as e:
@@ -728,8 +916,9 @@ def main(argv: list[str] | None = None) -> int:
     every = [load_record(os.path.join(args.results, n)) for n in names]
     order = {a.name: i for i, a in enumerate(arms)}
     every.sort(key=lambda r: order.get(r.get("arm"), len(order)))
-    figure = args.figure or os.path.join(args.results, "curves.png")
-    draw_figure(every, figure, args.study or "study")
+    if not args.no_figure:
+        figure = args.figure or os.path.join(args.results, "curves.png")
+        draw_figure(every, figure, args.study or "study")
     print(f"Records in {args.results}.")
     return 0 if all(r.get("complete") for r in records) else 1
 

@@ -357,3 +357,72 @@ def test_a_records_policy_lag_and_settings_come_from_its_run(tmp_path):
         "replay_proportion": 0.5,
     }
     assert study._run_settings(str(tmp_path / "none")) is None
+
+
+def test_the_pbt_study_is_two_populations_of_the_same_draws():
+    arms = study.STUDIES["pbt"](None)
+    assert [a.name for a in arms] == [
+        f"{k}_{i}" for k in ("pbt", "fixed") for i in range(4)
+    ]
+    assert [len(b) for b in study._batches(arms)] == [4, 4]
+    by_name = {a.name: a for a in arms}
+    pbt, fixed = by_name["pbt_2"], by_name["fixed_2"]
+    # The same member, seed and budget; evolution off for the fixed one.
+    for flag in ("population_member", "seed", "total_environment_frames"):
+        assert pbt.flag(flag) == fixed.flag(flag)
+    assert pbt.flag("seed") == "3" and pbt.flag("population_size") == "4"
+    assert int(fixed.flag("pbt_burn_in_frames")) > int(
+        pbt.flag("total_environment_frames")
+    )
+    assert pbt.flag("pbt_burn_in_frames") == "1000000"
+    # Each population's directory under the study's logdir root.
+    command = study.train_command(pbt, "/runs/pbt_2")
+    assert "--population_dir=/runs/pbt_population" in command
+    assert "--logdir=/runs/pbt_2" in command
+    assert "--population_dir=/runs/fixed_population" in study.test_command(
+        fixed, "/runs/fixed_2", 3
+    )
+
+
+def test_the_pbt_table_gives_each_arm_its_members_best_and_median():
+    def record(arm, test, last):
+        return {
+            "arm": arm,
+            "complete": True,
+            "last_mean": last,
+            "test": {"levels": {"x": {"mean_return": test}}},
+        }
+
+    header, _, pbt, fixed = study.pbt_table(
+        [
+            record("pbt_0", 10.0, 9.0),
+            record("pbt_1", 14.0, 12.5),
+            record("pbt_2", 12.0, 11.0),
+            {"arm": "fixed_0", "complete": False},
+        ]
+    ).splitlines()
+    assert header.startswith("| arm | members' test means | best | median |")
+    assert pbt == "| pbt | 10.00, 14.00, 12.00 | 14.00 | 12.00 | 9.00, 12.50, 11.00 |"
+    assert fixed == "| fixed | - | - | - | - |"
+
+
+@pytest.mark.slow
+def test_the_members_of_a_group_train_together_each_with_its_record(tmp_path):
+    result = run_study(
+        tmp_path, "pbt", "--only=pbt_0,pbt_1", "--frames=3000", "--test_episodes=1"
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = [
+        json.loads((tmp_path / "results" / f"pbt_{k}.json").read_text()) for k in (0, 1)
+    ]
+    # Trained at the same time: each started before the other ended.
+    first, second = (r["segments"][0] for r in records)
+    assert first["started"] <= second["ended"] and second["started"] <= first["ended"]
+    for k, record in enumerate(records):
+        assert record["complete"] is True and record["frames"] >= 3000
+        assert record["settings"]["population_member"] == k
+        population = record["population"]
+        assert population["member"]["logdir"] == str(tmp_path / "runs" / f"pbt_{k}")
+        assert population["member"]["hyperparameters"]
+        assert population["lineage"] == []  # burn-in beyond the budget
+    assert (tmp_path / "runs" / "pbt_population" / "population.json").exists()
