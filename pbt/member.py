@@ -214,11 +214,7 @@ class Member:
                 shared = population.describe()
             record = records.read_member(directory, population.member)
         except (tf.errors.OpError, OSError) as e:
-            raise FlagError(
-                f"--population_dir={directory}: cannot be read and written "
-                f"({getattr(e, 'message', e)}); give a directory every member "
-                "can write."
-            ) from None
+            raise _unwritable(directory, e) from None
         except ValueError as e:
             raise FlagError(
                 f"--population_dir={directory}: {e}; move it away."
@@ -288,11 +284,7 @@ class Member:
                 )
             self._write(force=True)
         except (tf.errors.OpError, OSError) as e:
-            raise FlagError(
-                f"--population_dir={directory}: cannot be written "
-                f"({getattr(e, 'message', e)}); give a directory every member "
-                "can write."
-            ) from None
+            raise _unwritable(directory, e) from None
         return dict(self.hyperparameters)
 
     def build(self) -> None:
@@ -441,6 +433,14 @@ class Member:
             self.population.directory, self.population.member, self._record
         )
         self._last_write = now
+
+
+def _unwritable(directory: str, error: Exception) -> FlagError:
+    return FlagError(
+        f"--population_dir={directory}: cannot be read and written "
+        f"({getattr(error, 'message', error)}); give a directory every member "
+        "can write."
+    )
 
 
 def _checkpoint_frames(prefix: str) -> int:

@@ -29,17 +29,21 @@ TINY = (
 FRAMES = 4000
 
 
+def study_command(tmp_path, *args) -> list[str]:
+    return [
+        sys.executable,
+        STUDY,
+        f"--results={tmp_path / 'results'}",
+        f"--logdir_root={tmp_path / 'runs'}",
+        "--test_episodes=2",
+        "--point_minutes=0.05",
+        *args,
+    ]
+
+
 def run_study(tmp_path, *args, timeout=300):
     return subprocess.run(
-        [
-            sys.executable,
-            STUDY,
-            f"--results={tmp_path / 'results'}",
-            f"--logdir_root={tmp_path / 'runs'}",
-            "--test_episodes=2",
-            "--point_minutes=0.05",
-            *args,
-        ],
+        study_command(tmp_path, *args),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -58,15 +62,7 @@ ARMS = (
 
 def start_study(tmp_path, *args) -> subprocess.Popen:
     return subprocess.Popen(
-        [
-            sys.executable,
-            STUDY,
-            f"--results={tmp_path / 'results'}",
-            f"--logdir_root={tmp_path / 'runs'}",
-            "--test_episodes=2",
-            "--point_minutes=0.05",
-            *args,
-        ],
+        study_command(tmp_path, *args),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
