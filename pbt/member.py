@@ -367,7 +367,9 @@ class Member:
             try:
                 if not checkpoint:
                     raise tf.errors.NotFoundError(None, None, "no checkpoint yet")
+                started = time.monotonic()
                 self._copy_saver.restore(session, checkpoint)
+                copy_seconds = time.monotonic() - started
             except (tf.errors.NotFoundError, ValueError) as e:
                 # The donor has no whole checkpoint to give now: no
                 # evolution this time; the member stays ready.
@@ -382,6 +384,8 @@ class Member:
                 copied_from=decision.copied_from,
                 donor_checkpoint=checkpoint,
                 donor_fitness=donor.get("fitness"),
+                # What the copy cost: the restore into the running learner.
+                copy_seconds=round(copy_seconds, 3),
             )
         else:
             event["copied_from"] = None
@@ -395,7 +399,7 @@ class Member:
             self.population.member,
             num_env_frames,
             self._record["fitness"],
-            f"copied member {decision.copied_from}"
+            f"copied member {decision.copied_from} in {event['copy_seconds']:.2f} s"
             if decision.copied_from is not None
             else "kept its weights",
             self.hyperparameters,

@@ -177,6 +177,7 @@ def test_a_copy_restores_the_donors_weights_and_settles_with_the_next_checkpoint
     (event,) = records.read_lineage(shared)
     assert event["copied_from"] == 0 and event["donor_checkpoint"] == donor_checkpoint
     assert event["frames"] == 100 and event["after"] == pytest.approx(now)
+    assert 0 <= event["copy_seconds"] < 60
     assert sorted(event["perturbed"]) == ["entropy_cost", "epsilon", "learning_rate"]
 
 
