@@ -87,9 +87,10 @@ def define_family_flags(flag_values: flags.FlagValues = FLAGS) -> None:
                 raise ValueError(
                     f"{family.name} declares --{flag.name}, a flag already"
                 )
-            kind = {bool: "bool", int: "integer", float: "float", str: "string"}
-            define = getattr(flags, f"DEFINE_{kind[type(flag.default)]}")
-            define(flag.name, flag.default, flag.help, flag_values=flag_values)
+            # Defined as a declared setting is (its type from its default).
+            declared = settings.Setting(flag.name, flag.default, flag.help, "family")
+            ((define, arguments),) = settings.flag_definitions([declared])
+            getattr(flags, define)(**arguments, flag_values=flag_values)
             _family_flags[flag.name] = flag
 
 
