@@ -113,15 +113,15 @@ def checkpoint_saver() -> tf.compat.v1.train.Saver:
     """The training checkpoints' saver: keeps CHECKPOINTS_TO_KEEP, not sharded.
 
     Not sharded (the Scaffold's default is): a non-sharded V2 save writes the
-    data file, the index, the `checkpoint` state file and the meta graph each
-    to a temporary file renamed into place, so a SIGKILL at any moment leaves
-    every file whole and the state file naming a complete checkpoint. The
-    sharded saver writes its merged index in place (no rename): killed then,
-    it would leave a truncated index, and since a resume re-saves the
-    restored step under the same name, it could damage the very checkpoint
-    the state file names. (Renames are atomic against a killed process, not
-    against a power loss without fsync.) How this was checked: BENCHMARKS.md,
-    "Checkpoint writes".
+    data file, the index and the `checkpoint` state file (and a meta graph,
+    which training does not ask for) each to a temporary file renamed into
+    place, so a SIGKILL at any moment leaves every file whole and the state
+    file naming a complete checkpoint. The sharded saver writes its merged
+    index in place (no rename): killed then, it would leave a truncated
+    index, and since a resume re-saves the restored step under the same
+    name, it could damage the very checkpoint the state file names. (Renames
+    are atomic against a killed process, not against a power loss without
+    fsync.) How this was checked: BENCHMARKS.md, "Checkpoint writes".
     """
     # Relative paths in the `checkpoint` state file: a --logdir that was
     # moved or copied (another disk, another host) still names its files.

@@ -104,9 +104,26 @@ def create_training_session(
         save_checkpoint_secs=save_checkpoint_secs,
         save_summaries_secs=SUMMARY_SECS,
         log_step_count_steps=0,  # progress.ProgressLogger reports speed instead.
+        # Not graph.pbtxt nor a .meta file beside each checkpoint: nothing
+        # reads them (test mode and a resume build the graph from the code),
+        # and writing the learner's graph as text took seconds at every
+        # start. TensorBoard's graph tab still gets it (GraphForTensorBoard).
+        save_graph_def=False,
         hooks=hooks,
+        chief_only_hooks=[GraphForTensorBoard(logdir)],
         config=config if config is not None else session_config(True),
     )
+
+
+class GraphForTensorBoard(tf.compat.v1.train.SessionRunHook):
+    """Adds the finished graph to the run's events file (TensorBoard's graph tab)."""
+
+    def __init__(self, logdir: str):
+        self._logdir = logdir
+
+    def after_create_session(self, session, coord) -> None:
+        writer = tf.compat.v1.summary.FileWriterCache.get(self._logdir)
+        writer.add_graph(session.graph)
 
 
 _pinning = threading.local()

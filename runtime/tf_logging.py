@@ -8,6 +8,15 @@ notice and the oneDNN notice, each twice), so the import runs with file
 descriptor 2 redirected to a temporary file and what it wrote is passed on
 without the lines below that level. TF_CPP_MIN_LOG_LEVEL=0 shows them all.
 
+The import also leaves Keras out. TensorFlow's `__init__` imports
+`keras.src.optimizers` eagerly (only to register Keras' optimizers for
+SavedModel) and goes on without it when that raises ImportError. This
+program uses no Keras (graph mode, v1 optimizers, Sonnet), and importing
+Keras is about a third of importing TensorFlow, paid by every learner, actor
+task and test-mode process. So while TensorFlow imports, Keras is found (its
+directory is where TensorFlow looks for `tf.keras`) but not run; `tf.keras`
+still imports it on first use.
+
 `quiet_tensorflow_logging` then keeps TensorFlow's Python logger from
 printing every line twice and from deprecation notices of the v1 APIs used
 on purpose.
@@ -15,10 +24,13 @@ on purpose.
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
 import os
 import re
 import sys
 import tempfile
+from typing import Any
 
 # absl/glog-style line prefixes: I (info), W (warning), E (error), F (fatal),
 # then the date: "I0000 00:00:1796110775.439748 15293 port.cc:153] ...".
@@ -55,18 +67,43 @@ def min_log_level() -> int:
         return 0
 
 
+class _KerasNotRun(importlib.abc.Loader):
+    """Refuses to run Keras: TensorFlow's eager import of it gives up."""
+
+    def create_module(self, spec: Any) -> None:
+        raise ImportError("Keras is left out while TensorFlow imports")
+
+    def exec_module(self, module: Any) -> None:
+        raise ImportError("Keras is left out while TensorFlow imports")
+
+
+class _FindKerasWithoutRunningIt(importlib.abc.MetaPathFinder):
+    """Keras' real spec (its origin, for TensorFlow's path lookups), not run."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != "keras":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is not None:
+            spec.loader = _KerasNotRun()
+        return spec
+
+
 def import_tensorflow_quietly() -> None:
     """Imports TensorFlow (see the module docstring); a no-op once imported."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if "tensorflow" in sys.modules:
         return
     sys.stderr.flush()
+    finder = _FindKerasWithoutRunningIt()
     with tempfile.TemporaryFile() as capture:
         saved = os.dup(2)
         os.dup2(capture.fileno(), 2)
+        sys.meta_path.insert(0, finder)
         try:
             import tensorflow  # noqa: F401
         finally:
+            sys.meta_path.remove(finder)
             os.dup2(saved, 2)
             os.close(saved)
             capture.seek(0)

@@ -365,6 +365,41 @@ def test_the_banners_come_back_with_tf_cpp_min_log_level_0(tmp_path):
     assert not [m for m in messages if m not in stderr]
 
 
+KERAS_LEFT_OUT = """
+import sys
+from runtime import tf_logging
+tf_logging.import_tensorflow_quietly()
+print("keras imported:", "keras" in sys.modules)
+import tensorflow as tf
+tf.compat.v1.disable_eager_execution()
+weights = tf.compat.v1.get_variable("w", [2])
+step = tf.compat.v1.train.RMSPropOptimizer(0.1).minimize(tf.reduce_sum(weights))
+import sonnet
+print("keras imported:", "keras" in sys.modules)
+print("tf.keras:", tf.keras.layers.Dense.__name__)
+print("keras imported:", "keras" in sys.modules)
+"""
+
+
+def test_tensorflow_is_imported_without_keras_and_tf_keras_still_works():
+    result = subprocess.run(
+        [sys.executable, "-c", KERAS_LEFT_OUT],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    # Not by TensorFlow's import, a v1 optimizer or Sonnet; on first use of
+    # tf.keras, as TensorFlow's lazy loader imports it.
+    assert result.stdout.splitlines() == [
+        "keras imported: False",
+        "keras imported: False",
+        "tf.keras: Dense",
+        "keras imported: True",
+    ]
+
+
 # -- bad input: one line, exit code 2 ------------------------------------------------
 
 

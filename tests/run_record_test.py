@@ -111,6 +111,13 @@ def test_tensorboard_reads_the_settings_as_hparams(shallow_run):
     assert start.hparams["agent"].string_value == "shallow"
     assert start.hparams["use_lstm"].bool_value is True
     assert "logdir" not in start.hparams
+    # The graph too, for TensorBoard's graph tab; not as graph.pbtxt nor as a
+    # .meta file beside each checkpoint (nothing reads them).
+    assert accumulator.Tags()["graph"] is True
+    assert any(
+        n.op == "RMSProp" or "RMSProp" in n.name for n in accumulator.Graph().node
+    )
+    assert not [f for f in os.listdir(logdir) if f.endswith((".pbtxt", ".meta"))]
 
 
 @pytest.mark.slow
