@@ -193,6 +193,7 @@ class Member:
         self._copy_saver = None
         self._last_write = 0.0
         self.write_secs = 10.0
+        self._next_try = 0.0
 
     # -- before training --------------------------------------------------------
 
@@ -317,7 +318,10 @@ class Member:
         )
         if self._pending is not None:
             self._settle()
-        elif is_ready(self._state(self._record), self.population.rule):
+        elif (
+            is_ready(self._state(self._record), self.population.rule)
+            and time.monotonic() >= self._next_try
+        ):
             self._maybe_evolve(session, num_env_frames, hyperparameters)
         self._write()
 
@@ -341,6 +345,10 @@ class Member:
         )
 
     def _maybe_evolve(self, session, num_env_frames: int, hyperparameters) -> None:
+        # A ready member that cannot evolve now (nobody else has a record
+        # yet, or the donor no whole checkpoint) tries again after write_secs,
+        # not at every learner step: the others' records change no faster.
+        self._next_try = time.monotonic() + self.write_secs
         others = [
             self._state(r)
             for k, r in records.read_members(self.population.directory).items()

@@ -181,6 +181,40 @@ def test_a_copy_restores_the_donors_weights_and_settles_with_the_next_checkpoint
     assert sorted(event["perturbed"]) == ["entropy_cost", "epsilon", "learning_rate"]
 
 
+def test_a_ready_member_that_cannot_evolve_reads_the_others_once_a_write_period(
+    tmp_path, monkeypatch
+):
+    shared = str(tmp_path / "p")
+    population = member_lib.population_config(
+        values(
+            population_dir=shared,
+            population_member=1,
+            population_size=2,
+            pbt_burn_in_frames=0,
+            pbt_ready_episodes=1,
+        )
+    )
+    member = member_lib.Member(population, str(tmp_path / "m1"), ["atari/pong"])
+    member.join({"learning_rate": 1e-3, "entropy_cost": 1e-2, "epsilon": 0.1})
+    reads = []
+    real_read = records.read_members
+    monkeypatch.setattr(
+        records, "read_members", lambda d: reads.append(d) or real_read(d)
+    )
+    # Ready from its first episode on, alone in the population: nobody to
+    # compare with, at every one of 50 learner steps.
+    member.write_secs = 60.0
+    for frames in range(100, 5100, 100):
+        member.after_step(None, frames, [("atari/pong", -21.0)], None)
+    assert reads == [shared]
+    assert records.read_lineage(shared) == []
+    # Once the period is over it looks again.
+    member.write_secs = 0.0
+    member._next_try = 0.0  # noqa: SLF001
+    member.after_step(None, 5100, [("atari/pong", -20.0)], None)
+    assert reads == [shared, shared]
+
+
 def test_a_logdir_of_another_populations_member_is_refused(tmp_path):
     logdir = tmp_path / "run"
     logdir.mkdir()
