@@ -111,6 +111,7 @@ RUN if [ "${TENSORFLOW}" = gpu ]; then \
 ARG DMLAB_RUNTIME_LIBRARIES="libabsl20220623 libsdl2-2.0-0 liblua5.1-0 libosmesa6 libegl1 libgl1 libjpeg62-turbo libpng16-16 libxml2 libglib2.0-0"
 COPY --from=dataset /opt/dmlab_data/ /opt/dmlab_data/
 COPY wheels/ /tmp/wheels/
+COPY docker/wheel_python.py /tmp/wheel_python.py
 # hadolint ignore=DL3008,SC2086
 RUN wheels="$(find /tmp/wheels -maxdepth 1 -name 'deepmind_lab-*.whl')" \
     && if [ -z "${wheels}" ]; then \
@@ -118,18 +119,19 @@ RUN wheels="$(find /tmp/wheels -maxdepth 1 -name 'deepmind_lab-*.whl')" \
     elif [ "$(echo "${wheels}" | wc -l)" -gt 1 ]; then \
         echo "More than one DeepMind Lab wheel in wheels/: keep one of" ${wheels} >&2; exit 1; \
     else \
-        apt-get update \
+        python3 /tmp/wheel_python.py "${wheels}" \
+        && apt-get update \
         && apt-get install -y --no-install-recommends ${DMLAB_RUNTIME_LIBRARIES} \
         && rm -rf /var/lib/apt/lists/* \
         && python3 -m pip install dm-env==1.6 "${wheels}" \
         && { python3 -c "import deepmind_lab" \
-             || { echo "wheels/$(basename "${wheels}") installs but 'import deepmind_lab' fails (above): bring a wheel built for Python 3.11 on Debian 12 (bookworm)" >&2; exit 1; }; } \
+             || { echo "wheels/$(basename "${wheels}") installs but 'import deepmind_lab' fails (above): bring a wheel built for this image's $(python3 -V) on its Debian release" >&2; exit 1; }; } \
         && dataset=/opt/dmlab_data && { [ ! -e /opt/dmlab_data/NOT_FETCHED ] || dataset=dummy; } \
         && for level in explore_goal_locations_small psychlab_arbitrary_visuomotor_mapping; do \
             python3 -c "import sys, deepmind_lab; deepmind_lab.Lab('contributed/dmlab30/' + sys.argv[1], ['RGB_INTERLEAVED'], {'width': '96', 'height': '72', 'datasetPath': sys.argv[2]}).reset(seed=1); print('deepmind_lab OK:', sys.argv[1])" "${level}" "${dataset}" || exit 1; \
         done; \
     fi \
-    && rm -rf /tmp/wheels
+    && rm -rf /tmp/wheels /tmp/wheel_python.py
 
 COPY . .
 
