@@ -272,28 +272,42 @@ def test_dmlab30_test_mode_opens_the_hold_out_levels_and_scores_them(
 
 
 @pytest.mark.slow
-def test_the_level_cache_is_filled_by_one_run_and_hit_by_the_next(tmp_path):
-    """On the stand-in: two short runs with the same seed and --level_cache_dir;
-    the first compiles its mazes and fills the cache, the second finds them."""
+def test_the_level_cache_is_filled_by_one_run_and_hit_by_the_default_run(tmp_path):
+    """On the stand-in: two short runs with the same seed, layout and
+    --level_cache_dir. The first, on the level named, compiles its mazes and
+    fills the cache; the second is the default run (no --level_name): with
+    deepmind_lab it trains on explore_goal_locations_small without a
+    warning (without it: the default run's test in newcomer_test, on
+    atari/pong after one warning) and finds its mazes in the cache. Its
+    actor's two environments share one process: the library's loader lets
+    several Labs share a process (each gets its own copy of the engine;
+    tests/dmlab_contract_test.py), and both train there."""
     cache = str(tmp_path / "cache")
-    hits = []
-    for run in ("first", "second"):
-        trace = str(tmp_path / f"{run}.jsonl")
-        result = STANDIN_LAB.run(
-            command(
-                *SMALL,
-                f"--level_name={LEVEL}",
-                "--num_actors=1",
-                "--batch_size=1",
-                f"--logdir={tmp_path / run}",
-                f"--level_cache_dir={cache}",
-                "--total_environment_frames=160",
-            ),
-            timeout=180,
+    layout = (
+        "--agent=shallow",
+        "--num_actors=1",
+        "--envs_per_actor=2",
+        "--envs_per_process=2",
+        "--batch_size=2",
+        "--unroll_length=20",
+        f"--level_cache_dir={cache}",
+    )
+    runs = {
+        "first": [f"--level_name={LEVEL}", "--total_environment_frames=160"],
+        "default": ["--total_environment_frames=320"],
+    }
+    hits, traces, results = [], {}, {}
+    for run, args in runs.items():
+        traces[run] = trace = str(tmp_path / f"{run}.jsonl")
+        results[run] = result = STANDIN_LAB.run(
+            command(*layout, *args, f"--logdir={tmp_path / run}"),
+            timeout=240,
             DEEPMIND_LAB_STANDIN_TRACE=trace,
         )
         assert result.returncode == 0, result.stderr[-3000:]
-        hits.append([e["hit"] for e in read_trace(trace) if e["event"] == "cache"])
+        hits.append(
+            [e["hit"] for e in read_trace(traces[run]) if e["event"] == "cache"]
+        )
         if run == "first":
             cached = sorted(os.listdir(cache))
     assert hits[0] and not any(hits[0])
@@ -301,34 +315,10 @@ def test_the_level_cache_is_filled_by_one_run_and_hit_by_the_next(tmp_path):
     assert hits[1] and all(hits[1])
     assert sorted(os.listdir(cache)) == cached  # nothing new was compiled
 
-
-@pytest.mark.slow
-def test_with_deepmind_lab_the_default_level_is_its_own_and_two_labs_share_a_process(
-    tmp_path,
-):
-    """With deepmind_lab (on the stand-in) the default run trains on
-    explore_goal_locations_small and does not warn. (Without it: the default
-    run's test in newcomer_test, on atari/pong after one warning.) Its actor's
-    two environments share one process: the library's loader lets several
-    Labs share a process (each gets its own copy of the engine;
-    tests/dmlab_contract_test.py), and both train there."""
-    trace = tmp_path / "trace.jsonl"
-    args = command(
-        "--agent=shallow",
-        "--num_actors=1",
-        "--envs_per_actor=2",
-        "--envs_per_process=2",
-        "--batch_size=2",
-        "--unroll_length=20",
-        f"--logdir={tmp_path / 'run'}",
-        "--level_cache_dir=",
-        "--total_environment_frames=320",
-    )
-    result = STANDIN_LAB.run(args, timeout=240, DEEPMIND_LAB_STANDIN_TRACE=str(trace))
-    assert result.returncode == 0, result.stderr[-3000:]
-    warnings = [ln for ln in result.stderr.splitlines() if "is not installed" in ln]
-    (training,) = re.findall(r"\] Training (?!done).*", result.stderr)
+    stderr = results["default"].stderr
+    warnings = [ln for ln in stderr.splitlines() if "is not installed" in ln]
+    (training,) = re.findall(r"\] Training (?!done).*", stderr)
     assert warnings == [] and f"Training {LEVEL}" in training
-    assert "Training done" in result.stderr
-    inits = [e["pid"] for e in read_trace(trace) if e["event"] == "init"]
+    assert "Training done" in stderr
+    inits = [e["pid"] for e in read_trace(traces["default"]) if e["event"] == "init"]
     assert len(inits) == 2 and len(set(inits)) == 1, inits
