@@ -92,20 +92,26 @@ def test_a_member_joins_once_and_a_restart_continues_as_it(tmp_path):
         member_lib.Member(other, "/runs/m2", ["atari/pong"]).join(defaults)
 
 
-def test_a_copy_restores_the_donors_weights_and_settles_with_the_next_checkpoint(
-    tmp_path,
-):
-    shared, donor_dir, own_dir = (str(tmp_path / n) for n in ("p", "m0", "m1"))
-    population = member_lib.population_config(
+def member_1_of_2(shared: str, **changes):
+    """Member 1 of a population of 2 in `shared`, ready after its first
+    episode."""
+    return member_lib.population_config(
         values(
             population_dir=shared,
             population_member=1,
             population_size=2,
             pbt_burn_in_frames=0,
             pbt_ready_episodes=1,
-            pbt_perturb_probability=1.0,
+            **changes,
         )
     )
+
+
+def test_a_copy_restores_the_donors_weights_and_settles_with_the_next_checkpoint(
+    tmp_path,
+):
+    shared, donor_dir, own_dir = (str(tmp_path / n) for n in ("p", "m0", "m1"))
+    population = member_1_of_2(shared, pbt_perturb_probability=1.0)
     learner = LearnerConfig(
         batch_size=1, unroll_length=1, num_action_repeats=1, total_environment_frames=9
     )
@@ -186,15 +192,7 @@ def test_a_ready_member_that_cannot_evolve_reads_the_others_once_a_write_period(
     tmp_path, monkeypatch
 ):
     shared = str(tmp_path / "p")
-    population = member_lib.population_config(
-        values(
-            population_dir=shared,
-            population_member=1,
-            population_size=2,
-            pbt_burn_in_frames=0,
-            pbt_ready_episodes=1,
-        )
-    )
+    population = member_1_of_2(shared)
     member = member_lib.Member(population, str(tmp_path / "m1"), ["atari/pong"])
     member.join({"learning_rate": 1e-3, "entropy_cost": 1e-2, "epsilon": 0.1})
     reads = []
