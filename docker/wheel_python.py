@@ -19,18 +19,17 @@ import sys
 
 def wheel_pythons(filename: str) -> list[str]:
     """The python tags of a wheel file name (e.g. ['cp311'] or ['py2', 'py3'])."""
-    parts = os.path.basename(filename)[: -len(".whl")].split("-")
-    if not filename.endswith(".whl") or len(parts) not in (5, 6):
-        raise ValueError(f"{os.path.basename(filename)} is not a wheel's file name")
+    name = os.path.basename(filename)
+    parts = name.removesuffix(".whl").split("-")
+    if not name.endswith(".whl") or len(parts) not in (5, 6):
+        raise ValueError(f"{name} is not a wheel's file name")
     return parts[-3].split(".")
 
 
 def fits(tag: str, version: tuple[int, int]) -> bool:
     """Whether python tag `tag` installs on CPython `version`."""
     major, minor = version
-    if tag in ("py3", f"py{major}{minor}", f"cp{major}{minor}"):
-        return True
-    return tag == f"py{major}"
+    return tag in (f"py{major}", f"py{major}{minor}", f"cp{major}{minor}")
 
 
 def describe(tag: str) -> str:

@@ -345,9 +345,10 @@ class Member:
         )
 
     def _maybe_evolve(self, session, num_env_frames: int, hyperparameters) -> None:
-        # A ready member that cannot evolve now (nobody else has a record
-        # yet, or the donor no whole checkpoint) tries again after write_secs,
-        # not at every learner step: the others' records change no faster.
+        # At most one look at the others every write_secs: a ready member
+        # that cannot evolve now (nobody else has a record yet, or the donor
+        # no whole checkpoint) would otherwise read every record at each
+        # learner step, and the records change no faster than that.
         self._next_try = time.monotonic() + self.write_secs
         others = [
             self._state(r)

@@ -307,11 +307,14 @@ def test_two_members_on_breakout_one_copies_the_other_through_a_kill(tmp_path):
         # (And once it has a checkpoint past its start to resume from: the
         # burn-in and a checkpoint a second make that so before the copy
         # unless the machine is fast enough for 2,000 frames in a second.)
-        while "copied member 0" not in log.read_text() or not re.search(
-            r"Saving checkpoints for [1-9]", log.read_text()
-        ):
-            assert process.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, log.read_text()[-3000:]
+        while True:
+            text = log.read_text()
+            if "copied member 0" in text and re.search(
+                r"Saving checkpoints for [1-9]", text
+            ):
+                break
+            assert process.poll() is None, text[-3000:]
+            assert time.monotonic() < deadline, text[-3000:]
             time.sleep(0.2)
         process.kill()
     finally:
