@@ -145,9 +145,13 @@ def experiment_flag_names(f: flags.FlagValues = FLAGS) -> list[str]:
 
 def restore_from_record(f: flags.FlagValues) -> tuple[dict | None, dict]:
     """The logdir's run record (None without one) and the settings taken
-    from it: every flag not given, except this process's own."""
+    from it: every flag not given, except this process's own. A cluster's
+    number of actors is its own (its actor tasks), not the record's: an
+    actor task that took the chief's would contradict a TF_CONFIG or an
+    --actor_hosts that lists another number."""
     record = run_record.read(f.logdir)
-    return record, run_record.restore(f, record, experiment_flag_names(f))
+    own = ("num_actors",) if is_cluster_task(f) else ()
+    return record, run_record.restore(f, record, experiment_flag_names(f), own)
 
 
 def resolved_settings(
@@ -155,9 +159,11 @@ def resolved_settings(
     config: Config,
     family_defaults: config_lib.FamilyDefaults | None,
     restored: dict,
+    cluster: spec.ClusterConfig | None = None,
 ) -> dict[str, dict]:
     """Every setting with its source (run_record.resolve_settings); the
-    level as resolved (the default's fallback where DeepMind Lab is absent)."""
+    level as resolved (the default's fallback where DeepMind Lab is absent)
+    and, in a cluster task, the number of actors its cluster has."""
     tf_config = ("job_name", "task") if "TF_CONFIG" in os.environ else ()
     settings = run_record.resolve_settings(
         f,
@@ -169,6 +175,11 @@ def resolved_settings(
         tf_config,
     )
     settings["level_name"]["value"] = config.environment.level_name
+    if cluster is not None and spec.from_tf_config(cluster.source):
+        settings["num_actors"] = {
+            "value": cluster.num_actors,
+            "source": run_record.TF_CONFIG,
+        }
     return settings
 
 
@@ -342,7 +353,12 @@ def run_mode(f: flags.FlagValues = FLAGS) -> int:
         family_defaults = apply_family_defaults(f)
         validate_flags(f, family_defaults)
         config = config_from_flags(f, family_defaults)
-        settings = resolved_settings(f, config, family_defaults, restored)
+        cluster_config = (
+            cluster_config_from_flags(f) if config.run.mode == "train" else None
+        )
+        settings = resolved_settings(
+            f, config, family_defaults, restored, cluster_config
+        )
         if differences := run_record.fixed_differences(old_record, settings):
             raise FlagError("\n".join(differences))
         if f.print_config:
@@ -351,7 +367,6 @@ def run_mode(f: flags.FlagValues = FLAGS) -> int:
         if config.run.mode == "test":
             test_mode.test(config)
         else:
-            cluster_config = cluster_config_from_flags(f)
             role = cluster_config.role if cluster_config else "single"
             if config.learner.num_replayed:  # the buffers this process holds
                 held = dict(single=config.learner.num_learners, actor=0).get(role, 1)

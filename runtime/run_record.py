@@ -120,10 +120,14 @@ def recorded_value(record: Mapping, name: str) -> Any:
 
 
 def restore(
-    flag_values, record: Mapping | None, names: Iterable[str]
+    flag_values,
+    record: Mapping | None,
+    names: Iterable[str],
+    own: Iterable[str] = (),
 ) -> dict[str, Any]:
     """Sets each flag of `names` that was not given and not a process
-    setting to the record's value; returns {name: value} of those set.
+    setting (PROCESS_SETTINGS, or `own` for this process) to the record's
+    value; returns {name: value} of those set.
 
     Raises:
       FlagError: the record names a setting this version does not declare.
@@ -139,9 +143,10 @@ def restore(
             f"newer version); run that version, or remove the setting from "
             f"the record's settings to go on without it."
         )
+    own = set(own)
     restored = {}
     for name, entry in record["settings"].items():
-        if name in PROCESS_SETTINGS or flag_values[name].present:
+        if name in PROCESS_SETTINGS or name in own or flag_values[name].present:
             continue
         if name == "envs_per_process" and _unfit(flag_values, entry["value"]):
             # It depends on --envs_per_actor, given anew: it follows that

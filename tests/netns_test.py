@@ -200,6 +200,15 @@ def test_a_learner_and_two_actor_hosts_train_to_the_target_from_tf_config(
     cluster = Cluster(network, str(tmp_path), num_actors=2, tf_config=True)
     target = "--total_environment_frames=2000"
     cluster.start("learner", "learner", 0, target)
+    # The actors start once the chief has written the run's record to the
+    # logdir they share, so that they always meet it (they restore what
+    # they are not given from it).
+    record = os.path.join(cluster.logdir, "run_record.json")
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not os.path.exists(record):
+        assert cluster.processes["learner"].poll() is None, cluster.tail("learner")
+        assert time.monotonic() < deadline, cluster.tail("learner")
+        time.sleep(0.2)
     for task in range(2):
         cluster.start(f"actor{task}", "actor", task, target)
     for name in ("learner", "actor0", "actor1"):
@@ -214,6 +223,13 @@ def test_a_learner_and_two_actor_hosts_train_to_the_target_from_tf_config(
         actor = cluster.read(f"actor{task}")
         assert f"Actor task {task} at {cluster.actor_hosts[task]}" in actor
         assert "learner finished training" in actor
+    # The chief recorded the cluster's actors, and the actor tasks took
+    # their number from TF_CONFIG, not from that record.
+    with open(record) as f:
+        assert json.load(f)["settings"]["num_actors"] == {
+            "value": 2,
+            "source": "TF_CONFIG",
+        }
 
 
 def test_two_learner_hosts_and_two_actor_hosts_train_to_the_target(network, tmp_path):

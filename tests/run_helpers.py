@@ -94,7 +94,8 @@ def resolved_settings(*args: str) -> dict:
     defaults = experiment.apply_family_defaults(f)
     experiment.validate_flags(f, defaults)
     config = experiment.config_from_flags(f, defaults)
-    return experiment.resolved_settings(f, config, defaults, restored)
+    cluster = experiment.cluster_config_from_flags(f) if f.mode == "train" else None
+    return experiment.resolved_settings(f, config, defaults, restored, cluster)
 
 
 def experiment_values(settings: dict) -> dict:

@@ -254,20 +254,42 @@ def test_print_config_names_each_source_and_writes_nothing(tmp_path, capsys):
     assert int(shown) == len(printed.splitlines())
 
 
+TWO_ACTORS = (
+    '{"cluster": {"learner": ["localhost:1"], "actor": ["localhost:2", '
+    '"localhost:3"]}, "task": {"type": "%s", "index": 0}}'
+)
+
+
 def test_a_cluster_task_resolves_the_same_settings_as_one_machine(monkeypatch):
     single = values(resolved("--level_name=atari/breakout"))
-    monkeypatch.setenv(
-        "TF_CONFIG",
-        '{"cluster": {"learner": ["localhost:1"], "actor": ["localhost:2", '
-        '"localhost:3"]}, "task": {"type": "learner", "index": 0}}',
-    )
+    monkeypatch.setenv("TF_CONFIG", TWO_ACTORS % "learner")
     chief = resolved("--level_name=atari/breakout")
-    # Only the settings the cluster decides itself differ: its actors.
+    # Only the setting the cluster decides itself differs: its actors, as
+    # many as TF_CONFIG lists, recorded as from there.
     assert {k: v for k, v in values(chief).items() if v != single[k]} == {
-        "num_actors": 4 if single["num_actors"] != 4 else None
-    } or values(chief) == single
+        "num_actors": 2
+    }
+    assert chief["num_actors"]["source"] == run_record.TF_CONFIG
     assert chief["agent"]["value"] == "shallow"
-    assert chief["num_actors"]["source"] == "default"
+
+
+def test_an_actor_task_takes_its_number_of_actors_from_its_cluster_not_a_record(
+    monkeypatch, tmp_path
+):
+    """The chief writes the record before the actor tasks start, or a run
+    resumes with a cluster of another size: the record's number of actors
+    is not the actor task's, and taking it would contradict TF_CONFIG."""
+    logdir = tmp_path / "run"
+    logdir.mkdir()
+    chief = resolved("--level_name=atari/breakout", "--num_actors=4")
+    run_record.write(str(logdir), run_record.new_record(chief, ["x"], "float32"))
+    monkeypatch.setenv("TF_CONFIG", TWO_ACTORS % "actor")
+    actor = resolved(f"--logdir={logdir}")
+    assert actor["level_name"] == {
+        "value": "atari/breakout",
+        "source": run_record.RECORD,
+    }
+    assert actor["num_actors"] == {"value": 2, "source": run_record.TF_CONFIG}
 
 
 @pytest.mark.parametrize(
