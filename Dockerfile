@@ -95,7 +95,8 @@ WORKDIR /opt/scalable_agent
 # TENSORFLOW=gpu swaps tensorflow-cpu for tensorflow[and-cuda] (same
 # version) for NVIDIA GPUs, as requirements.txt's header says.
 ARG TENSORFLOW=cpu
-COPY requirements.txt ./
+COPY requirements.txt pyproject.toml ./
+COPY install/ ./install/
 RUN if [ "${TENSORFLOW}" = gpu ]; then \
         sed -i 's/^tensorflow-cpu==/tensorflow[and-cuda]==/' requirements.txt; \
     elif [ "${TENSORFLOW}" != cpu ]; then \
