@@ -235,7 +235,8 @@ def test_a_learner_and_two_actor_hosts_train_to_the_target_from_tf_config(
 def test_two_learner_hosts_and_two_actor_hosts_train_to_the_target(network, tmp_path):
     """--num_learners=2 from TF_CONFIG's learner list: learner tasks on hosts
     0 (the chief) and 1, actors on hosts 2 and 3; the chief's towers run on
-    both learner hosts, and every task exits 0 by itself."""
+    both learner hosts, each replaying half its batch from a buffer on its
+    own host, and every task exits 0 by itself."""
     cluster = {
         "learner": [f"{network.addresses[i]}:{LEARNER_PORT}" for i in (0, 1)],
         "actor": [f"{network.addresses[i]}:{ACTOR_PORT}" for i in (2, 3)],
@@ -258,6 +259,8 @@ def test_two_learner_hosts_and_two_actor_hosts_train_to_the_target(network, tmp_
                     SCRIPT,
                     *SMALL,
                     "--num_learners=2",
+                    "--replay_proportion=0.5",
+                    "--replay_capacity=4",
                     "--total_environment_frames=2000",
                     f"--logdir={logdir if name == 'learner0' else tmp_path / name}",
                 ],
@@ -276,6 +279,9 @@ def test_two_learner_hosts_and_two_actor_hosts_train_to_the_target(network, tmp_
     chief = (tmp_path / "learner0.log").read_text(errors="replace")
     assert "Training done" in chief
     assert "1 of 1 learner task(s) confirmed the end of training" in chief
+    assert re.search(r"replay 1 of 2 unrolls from 4 \(", chief), chief[-3000:]
+    lags = re.search(r"mean policy lag ([\d.]+) updates \(replayed ([\d.]+)\)", chief)
+    assert lags, chief[-3000:]
     served = (tmp_path / "learner1.log").read_text(errors="replace")
     assert f"Learner task 1 at {cluster['learner'][1]}: serving tower 1" in served
     for task in range(2):
