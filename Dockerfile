@@ -109,7 +109,12 @@ RUN if [ "${TENSORFLOW}" = gpu ]; then \
 # rendering, Lua, SDL, image formats) and dm-env. The check imports it and
 # starts one DMLab-30 level and one psychlab level, which reads the stimuli
 # dataset (DeepMind Lab's own generated images where it was skipped).
-ARG DMLAB_RUNTIME_LIBRARIES="libabsl20220623 libsdl2-2.0-0 liblua5.1-0 libosmesa6 libegl1 libgl1 libjpeg62-turbo libpng16-16 libxml2 libglib2.0-0"
+# The same libraries by each Debian release's package names (Debian 13
+# renamed some for its 64-bit time_t move); another release: give the list
+# as --build-arg DMLAB_RUNTIME_LIBRARIES=... .
+ARG DMLAB_RUNTIME_LIBRARIES_BOOKWORM="libabsl20220623 libsdl2-2.0-0 liblua5.1-0 libosmesa6 libegl1 libgl1 libjpeg62-turbo libpng16-16 libxml2 libglib2.0-0"
+ARG DMLAB_RUNTIME_LIBRARIES_TRIXIE="libabsl20240722 libsdl2-2.0-0 liblua5.1-0 libosmesa6 libegl1 libgl1 libjpeg62-turbo libpng16-16t64 libxml2 libglib2.0-0t64"
+ARG DMLAB_RUNTIME_LIBRARIES=""
 COPY --from=dataset /opt/dmlab_data/ /opt/dmlab_data/
 COPY wheels/ /tmp/wheels/
 COPY docker/wheel_python.py /tmp/wheel_python.py
@@ -121,8 +126,15 @@ RUN wheels="$(find /tmp/wheels -maxdepth 1 -name 'deepmind_lab-*.whl')" \
         echo "More than one DeepMind Lab wheel in wheels/: keep one of" ${wheels} >&2; exit 1; \
     else \
         python3 /tmp/wheel_python.py "${wheels}" \
+        && release="$(. /etc/os-release && echo "${VERSION_CODENAME:-unknown}")" \
+        && libraries="${DMLAB_RUNTIME_LIBRARIES}" \
+        && if [ -z "${libraries}" ]; then case "${release}" in \
+            bookworm) libraries="${DMLAB_RUNTIME_LIBRARIES_BOOKWORM}" ;; \
+            trixie) libraries="${DMLAB_RUNTIME_LIBRARIES_TRIXIE}" ;; \
+            *) echo "PYTHON_IMAGE is Debian ${release}, whose names of DeepMind Lab's libraries this Dockerfile does not know: pass --build-arg DMLAB_RUNTIME_LIBRARIES='...' (the bookworm and trixie lists are in the Dockerfile)" >&2; exit 1 ;; \
+        esac; fi \
         && apt-get update \
-        && apt-get install -y --no-install-recommends ${DMLAB_RUNTIME_LIBRARIES} \
+        && apt-get install -y --no-install-recommends ${libraries} \
         && rm -rf /var/lib/apt/lists/* \
         && python3 -m pip install dm-env==1.6 "${wheels}" \
         && { python3 -c "import deepmind_lab" \

@@ -614,15 +614,17 @@ def test_dockerfile_installs_deepmind_lab_only_from_a_wheel_in_wheels():
 
 
 def test_docs_name_the_dockerfiles_deepmind_lab_runtime_libraries_and_dm_env():
-    libraries = _dockerfile_args()["DMLAB_RUNTIME_LIBRARIES"].split()
-    assert libraries and "${DMLAB_RUNTIME_LIBRARIES}" in " ".join(
-        _dockerfile_shell_lines("RUN")
-    )
+    runs = " ".join(_dockerfile_shell_lines("RUN"))
+    assert "${DMLAB_RUNTIME_LIBRARIES}" in runs and "${libraries}" in runs
     section = _docs_page("deepmind-lab.md")
     words = " ".join(section.replace("`", " ").split())
-    assert " ".join(libraries) in words, (
-        "docs/deepmind-lab.md's list differs from the Dockerfile's"
-    )
+    for release in ("BOOKWORM", "TRIXIE"):
+        libraries = _dockerfile_args()[f"DMLAB_RUNTIME_LIBRARIES_{release}"].split()
+        assert libraries and f"${{DMLAB_RUNTIME_LIBRARIES_{release}}}" in runs
+        assert " ".join(libraries) in words, (
+            f"docs/deepmind-lab.md's {release.lower()} list differs from the "
+            "Dockerfile's"
+        )
     (dm_env,) = re.findall(r"dm-env==[\d.]+", " ".join(_dockerfile_shell_lines("RUN")))
     assert dm_env in section
     assert "import deepmind_lab" in section and "deepmind_lab.Lab" in section
