@@ -24,21 +24,12 @@ import metadata_only  # noqa: E402
 SUPPORTED = ("3.11", "3.12", "3.13")
 
 
-def pip_install(directory, cwd) -> subprocess.CompletedProcess:
-    """`pip install --dry-run` of the project at `directory`, offline: its
-    build backend needs nothing from an index."""
+def pip(command: str, *args: str, cwd) -> subprocess.CompletedProcess:
+    """pip `command` of this Python, offline (no index: the project's build
+    backend needs nothing from one)."""
     return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--dry-run",
-            "--no-deps",
-            "--no-index",
-            "--disable-pip-version-check",
-            directory,
-        ],
+        [sys.executable, "-m", "pip", command, "--no-index", *args]
+        + ["--disable-pip-version-check"],
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -71,19 +62,11 @@ def test_the_supported_pythons_are_3_11_to_3_13_and_readme_says_so():
 
 
 def test_pip_accepts_this_python_and_installs_metadata_only(tmp_path):
-    result = pip_install(".", REPO_ROOT)
+    result = pip("install", "--dry-run", "--no-deps", ".", cwd=REPO_ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Would install scalable-agent-0" in result.stdout
     # The wheel holds the metadata and nothing else.
-    built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-index"]
-        + ["--disable-pip-version-check", "-w", str(tmp_path), "."],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    built = pip("wheel", "--no-deps", "-w", str(tmp_path), ".", cwd=REPO_ROOT)
     assert built.returncode == 0, built.stdout + built.stderr
     (wheel,) = os.listdir(tmp_path)
     names = zipfile.ZipFile(tmp_path / wheel).namelist()
@@ -115,18 +98,10 @@ def test_another_python_stops_the_install_with_one_line(tmp_path, bound):
     (copy / "requirements.txt").write_text(
         open(os.path.join(REPO_ROOT, "requirements.txt")).read()
     )
-    result = subprocess.run(
-        # As on a fresh Python: nothing installed counts, no index, no
-        # configured wheel folder; a pinned package looked for would fail.
-        [sys.executable, "-m", "pip", "--isolated", "install", "--dry-run"]
-        + ["--ignore-installed", "--no-index", "--disable-pip-version-check"]
-        + ["-r", "requirements.txt"],
-        cwd=copy,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    # As on a fresh Python: nothing installed counts, no index, no
+    # configured wheel folder; a pinned package looked for would fail.
+    options = ("--isolated", "--dry-run", "--ignore-installed")
+    result = pip("install", *options, "-r", "requirements.txt", cwd=copy)
     # pip stops at the project's metadata, its first requirement, with the
     # backend's one line (in pip's frame for a failed build step).
     assert result.returncode == 1, result.stdout + result.stderr
