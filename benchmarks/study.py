@@ -578,6 +578,15 @@ def _level_score(level: str, returns) -> float | None:
 # -- the figure -------------------------------------------------------------------
 
 
+def in_study_order(records: list[dict], arms: list[Arm]) -> list[dict]:
+    """`records` in the order of the study's arms (all of them, not only
+    those --only runs now), then records of no arm here by name."""
+    order = {a.name: i for i, a in enumerate(arms)}
+    return sorted(
+        records, key=lambda r: (order.get(r.get("arm"), len(order)), r.get("arm", ""))
+    )
+
+
 def draw_figure(records: list[dict], path: str, title: str) -> None:
     """Each record's curve (mean of the last 100 training episodes against
     frames) in a panel of its own. Needs matplotlib (benchmarks/
@@ -862,6 +871,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 print(markdown_table(found))
             return 0
+        study_arms = list(arms)  # the figure's order, whichever arms run now
         if args.only:
             wanted = args.only.split(",")
             unknown = [w for w in wanted if w not in {a.name for a in arms}]
@@ -913,9 +923,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"study.py: {e}", file=sys.stderr)
         return 2
     names = sorted(f for f in os.listdir(args.results) if f.endswith(".json"))
-    every = [load_record(os.path.join(args.results, n)) for n in names]
-    order = {a.name: i for i, a in enumerate(arms)}
-    every.sort(key=lambda r: order.get(r.get("arm"), len(order)))
+    every = in_study_order(
+        [load_record(os.path.join(args.results, n)) for n in names], study_arms
+    )
     if not args.no_figure:
         figure = args.figure or os.path.join(args.results, "curves.png")
         draw_figure(every, figure, args.study or "study")

@@ -178,6 +178,17 @@ def test_a_truncated_record_is_named_and_kept(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+def test_the_figure_keeps_the_studys_order_whichever_arm_ran_last():
+    arms = study.STUDIES["atari5"](None)
+    records = [{"arm": name} for name in ("phoenix", "mine", "battle_zone", "qbert")]
+    assert [r["arm"] for r in study.in_study_order(records, arms)] == [
+        "battle_zone",
+        "phoenix",
+        "qbert",
+        "mine",
+    ]
+
+
 def test_the_atari5_study_is_the_five_games_at_40m_frames_with_the_default():
     arms = study.STUDIES["atari5"](None)
     assert [a.name for a in arms] == [
