@@ -1,15 +1,19 @@
 """The build backend (PEP 517) of pyproject.toml's [project]: a wheel of
-metadata only, so that `pip install -r requirements.txt`, whose first line
-is this project, stops on an unsupported Python with pip's one line
+metadata only. `pip install -r requirements.txt`, whose first line is this
+project, runs a hook of this backend before it looks up any pinned
+package; on a Python outside requires-python the hook prints one line
 
-    ERROR: Package 'scalable-agent' requires a different Python: 3.10.12 not in '<3.14,>=3.11'
+    scalable-agent supports Python 3.11 to 3.13 and this is Python 3.10.12: ...
 
-before it resolves a single pinned package (which would end in a resolver
-trace about TensorFlow's or NumPy's wheels instead). The code is not
-installed: it runs from the checkout. The backend needs nothing to build
-(no setuptools to fetch) and runs on any Python 3 pip runs on, the
+and exits 1, so pip stops there (inside its frame for a failed build step)
+instead of ending in a resolver error about TensorFlow's wheels: pip looks
+up the pinned requirements before it checks a local project's
+Requires-Python, so that metadata alone cannot stop it first. The code is
+not installed: it runs from the checkout. The backend needs nothing to
+build (no setuptools to fetch) and runs on any Python 3 pip runs on, the
 unsupported ones included: no tomllib (3.11+), so pyproject.toml's three
-[project] strings it needs are read with a regular expression.
+[project] strings it needs are read with a regular expression, and no
+packaging, so requires-python's >= and < clauses are read here too.
 """
 
 from __future__ import annotations
@@ -61,20 +65,23 @@ def _dist_info(fields: dict) -> tuple[str, dict]:
     return f"{stem}.dist-info", {"METADATA": metadata, "WHEEL": wheel}
 
 
-def _version(text: str) -> tuple:
-    return tuple(int(part) for part in text.split("."))
-
-
-def python_supported(requires_python: str, version: tuple) -> bool:
-    """Whether `version` (sys.version_info's first numbers) meets
-    `requires_python`, a comma-separated list of >=, < clauses (all that
-    pyproject.toml uses: packaging's full grammar is not importable here on
-    every Python)."""
+def _clauses(requires_python: str) -> list[tuple[str, tuple]]:
+    """(operator, version) of each comma-separated clause of
+    `requires_python`: >= and < only, all that pyproject.toml uses."""
+    clauses = []
     for clause in requires_python.split(","):
         match = re.fullmatch(r"\s*(>=|<)\s*([0-9.]+)\s*", clause)
         if match is None:
             raise ValueError(f"requires-python clause {clause!r}: only >= and <")
-        op, bound = match.group(1), _version(match.group(2))
+        bound = tuple(int(part) for part in match.group(2).split("."))
+        clauses.append((match.group(1), bound))
+    return clauses
+
+
+def python_supported(requires_python: str, version: tuple) -> bool:
+    """Whether `version` (sys.version_info's first numbers) meets
+    `requires_python`."""
+    for op, bound in _clauses(requires_python):
         given = tuple(version[: len(bound)])
         if (op == ">=" and given < bound) or (op == "<" and given >= bound):
             return False
@@ -98,10 +105,7 @@ def _refuse_other_pythons(fields: dict) -> None:
 
 def supported(requires_python: str) -> str:
     """'3.11 to 3.13' for '>=3.11,<3.14'; the clauses as written otherwise."""
-    bounds = dict(
-        (op, _version(bound))
-        for op, bound in re.findall(r"(>=|<)\s*([0-9.]+)", requires_python)
-    )
+    bounds = dict(_clauses(requires_python))
     low, high = bounds.get(">="), bounds.get("<")
     if low and high and len(low) == len(high) == 2 and low[0] == high[0]:
         return f"{low[0]}.{low[1]} to {high[0]}.{high[1] - 1}"

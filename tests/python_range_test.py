@@ -95,9 +95,7 @@ def test_another_python_stops_the_install_with_one_line(tmp_path, bound):
     assert count == 1
     (copy / "pyproject.toml").write_text(text)
     # The requirements file as the README runs it, from the project's root.
-    (copy / "requirements.txt").write_text(
-        open(os.path.join(REPO_ROOT, "requirements.txt")).read()
-    )
+    shutil.copy(os.path.join(REPO_ROOT, "requirements.txt"), copy)
     # As on a fresh Python: nothing installed counts, no index, no
     # configured wheel folder; a pinned package looked for would fail.
     options = ("--isolated", "--dry-run", "--ignore-installed")
