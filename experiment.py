@@ -138,8 +138,13 @@ def is_cluster_task(f: flags.FlagValues) -> bool:
 
 
 def experiment_flag_names(f: flags.FlagValues = FLAGS) -> list[str]:
-    """The settings a run records: this script's flags and the families'."""
-    names = set(_family_flags) | set(settings.DEFAULTS)
+    """The settings a run records: this script's flags and those of the
+    families registered now (a family's flags stay defined in this process
+    after it is gone from the registry, as a test's toy family is)."""
+    family_flags = {
+        flag.name for family in environments.families() for flag in family.flags
+    }
+    names = family_flags | set(settings.DEFAULTS)
     return sorted(name for name in names if name in f)
 
 

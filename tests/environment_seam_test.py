@@ -117,6 +117,26 @@ def test_a_family_owns_its_flags(with_toy_family):
     experiment.parse_flags(["experiment.py"])
 
 
+def test_a_run_records_the_flags_of_the_families_registered_now(monkeypatch):
+    """A family's flag stays defined in this process once its family has left
+    the registry (absl keeps it); a run's settings are those of the families
+    registered when it starts, so the toy family's flag is recorded while it
+    is registered and not after (as when test files share one process)."""
+    import experiment
+
+    registered = list(environments.families())
+    monkeypatch.setattr(environments, "_FAMILIES", list(registered))
+    environments.register(toy_family.FAMILY)
+    f = experiment.parse_flags(["experiment.py", "--level_name=toy2"])
+    assert "toy_goal_reward" in experiment.experiment_flag_names(f)
+    monkeypatch.setattr(environments, "_FAMILIES", list(registered))
+    f = experiment.parse_flags(["experiment.py"])
+    assert "toy_goal_reward" in f  # still defined
+    names = experiment.experiment_flag_names(f)
+    assert "toy_goal_reward" not in names
+    assert {"width", "level_cache_dir", "agent"} <= set(names)
+
+
 def test_a_family_flag_may_not_take_another_flags_name(monkeypatch):
     import experiment
 
