@@ -9,6 +9,8 @@ human-normalised scores, to <logdir>/test_results.json.
 
 import json
 import os
+import time
+from collections.abc import Callable
 
 import numpy as np
 import tensorflow as tf
@@ -34,10 +36,17 @@ def play_episodes(
     level_name: str,
     num_episodes: int,
     recorder: video.EpisodeRecorder | None = None,
+    progress_secs: float = 10.0,
+    clock: Callable[[], float] = time.monotonic,
 ) -> tuple[list[float], list[int]]:
     """Returns the returns and the lengths (agent steps, each
     --num_action_repeats frames) of the first `num_episodes` episodes that
     end.
+
+    Every `progress_secs` (--progress_secs) it logs the episodes ended and
+    the agent steps played so far: a policy that never ends a game (a
+    Breakout agent that never serves) plays every episode to the level's
+    cap, 27,000 agent steps on Atari, and the log says it is still at work.
 
     Args:
       session: a session in which `actor_output`'s weights are restored.
@@ -46,6 +55,8 @@ def play_episodes(
       num_episodes: how many episodes to play.
       recorder: when given, it gets every unroll, and writes the first
         episode's GIF when that episode ends.
+      progress_secs: seconds between progress lines.
+      clock: seconds, monotonic (a test's own clock).
     """
     env_outputs = actor_output.env_outputs
     fetches = {"done": env_outputs.done, "info": env_outputs.info}
@@ -53,9 +64,12 @@ def play_episodes(
         fetches["frames"] = env_outputs.observation[0]
     returns: list[float] = []
     steps: list[int] = []
+    played = 0
+    last_line = clock()
     while len(returns) < num_episodes:
         values = session.run(fetches)
         done, info = values["done"], values["info"]
+        played += len(done) - 1
         # Step 0 repeats the previous unroll's last step. At a done step the
         # info is the ended episode's (its return and length).
         returns.extend(float(r) for r in info.episode_return[1:][done[1:]])
@@ -64,6 +78,15 @@ def play_episodes(
             path := recorder.add_unroll(values["frames"], done, info.episode_return)
         ):
             logging.info("Video of the first episode written to %s.", path)
+        if clock() - last_line >= progress_secs and len(returns) < num_episodes:
+            last_line = clock()
+            logging.info(
+                "Level %s: %d of %d episodes ended, %d agent steps played.",
+                level_name,
+                len(returns),
+                num_episodes,
+                played,
+            )
     del returns[num_episodes:], steps[num_episodes:]
     logging.info(
         "Level %s: mean return %.2f over %d episodes.",
@@ -120,7 +143,12 @@ def test(config: Config) -> dict:
                 if run.test_video_dir:
                     recorder = video.EpisodeRecorder(run.test_video_dir, name)
                 level_returns[name], level_steps[name] = play_episodes(
-                    session, outputs[name], name, run.test_num_episodes, recorder
+                    session,
+                    outputs[name],
+                    name,
+                    run.test_num_episodes,
+                    recorder,
+                    progress_secs=run.progress_secs,
                 )
     results = {
         "level_name": environment.level_name,

@@ -1,8 +1,11 @@
 """Tests of dmlab30.py and atari57.py scores on hand-computed cases, and of
-test mode's results table."""
+test mode's results table and episode loop."""
 
+import collections
+import logging
 import math
 
+import numpy as np
 import pytest
 
 import dmlab30
@@ -161,4 +164,51 @@ def test_results_table_rows_and_suite_lines_without_negative_zero():
     assert lines[4:] == [
         "atari/pong,atari/breakout human-normalised median: 0.0 %",
         "atari/pong,atari/breakout human-normalised mean: -1.3 %",
+    ]
+
+
+def test_play_episodes_says_it_is_at_work_while_no_episode_ends(caplog):
+    """Test mode on a policy whose games last to the step cap logs, every
+    progress interval, the episodes ended and the agent steps played; it
+    returns the first episodes that end, in order, with their lengths."""
+    unroll = 4  # [T + 1] steps a run; step 0 repeats the previous last step.
+    Info = collections.namedtuple("Info", "episode_return episode_step")
+    EnvOutputs = collections.namedtuple("EnvOutputs", "done info")
+    ActorOutput = collections.namedtuple("ActorOutput", "env_outputs")
+    ended_at = {4: (7.0, 30), 7: (2.0, 12), 8: (5.0, 9)}  # run: (return, steps)
+
+    class Session:
+        calls = 0
+
+        def run(self, fetches):
+            assert fetches == {"done": "done", "info": "info"}
+            self.calls += 1
+            done = np.zeros(unroll + 1, bool)
+            returns = np.zeros(unroll + 1, np.float32)
+            lengths = np.zeros(unroll + 1, np.int32)
+            if self.calls in ended_at:
+                done[2] = True
+                returns[2], lengths[2] = ended_at[self.calls]
+            return {"done": done, "info": Info(returns, lengths)}
+
+    ticks = iter(range(0, 1000, 4))  # each read of the clock 4 s later
+    session = Session()
+    with caplog.at_level(logging.INFO):
+        returns, steps = test_mode.play_episodes(
+            session,
+            ActorOutput(EnvOutputs("done", "info")),
+            "atari/breakout",
+            2,
+            progress_secs=10,
+            clock=lambda: float(next(ticks)),
+        )
+    assert (returns, steps) == ([7.0, 2.0], [30, 12])
+    assert session.calls == 7
+    lines = [r.getMessage() for r in caplog.records if "agent steps" in r.message]
+    # The clock reads 0 at the start, then after each run: 4, 8, 12 (run 3:
+    # a line, the interval restarting at 16), 20 (run 4: the first end), 24,
+    # 28 (run 6: a line, restarting at 32); run 7 ends the second episode.
+    assert lines == [
+        "Level atari/breakout: 0 of 2 episodes ended, 12 agent steps played.",
+        "Level atari/breakout: 1 of 2 episodes ended, 24 agent steps played.",
     ]
