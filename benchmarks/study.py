@@ -105,6 +105,21 @@ OFF_POLICY_CORRECTIONS = (
     "one_step_is",
 )
 OFF_POLICY_REPLAY = 0.5
+# The paper's Table 2 (Espeholt et al. 2018, section 5.2.2): the average
+# final return over the 3 best of 24 hyperparameter settings, on
+# rooms_watermaze, rooms_keys_doors_puzzle, lasertag_three_opponents_small,
+# explore_goal_locations_small and seekavoid_arena_01; keyed by correction
+# and replay.
+PAPER_TABLE_2 = {
+    ("vtrace", False): (46.8, 32.9, 31.3, 229.2, 43.8),
+    ("one_step_is", False): (51.8, 35.9, 25.4, 215.8, 43.7),
+    ("epsilon_correction", False): (44.2, 27.3, 4.3, 107.7, 41.5),
+    ("no_correction", False): (40.3, 29.1, 5.0, 94.9, 16.1),
+    ("vtrace", True): (47.1, 35.8, 34.5, 250.8, 46.9),
+    ("one_step_is", True): (54.7, 34.4, 26.4, 204.8, 41.6),
+    ("epsilon_correction", True): (30.4, 30.2, 3.9, 101.5, 37.6),
+    ("no_correction", True): (35.0, 21.1, 2.8, 85.0, 11.2),
+}
 
 
 def off_policy_arms(frames: int | None) -> list[Arm]:
@@ -673,13 +688,14 @@ def off_policy_table(records: list[dict]) -> str:
     """The off-policy study in the layout of the paper's Table 2: a row per
     correction and replay, a column per task; each cell the mean of the last
     100 training episodes, the test mean and the mean policy lag (fresh, and
-    replayed with replay), '-' for an arm not run yet."""
+    replayed with replay), '-' for an arm not run yet; the last column the
+    paper's Table 2 for the same correction and replay."""
     by_arm = {record.get("arm"): record for record in records}
     rows = [
         "| correction | replay | "
         + " | ".join(f"{task}: last 100 / test / lag" for task in OFF_POLICY_TASKS)
-        + " |",
-        "| --- | --- |" + " --- |" * len(OFF_POLICY_TASKS),
+        + " | the paper's Table 2, 5 DeepMind Lab tasks |",
+        "| --- | --- |" + " --- |" * (len(OFF_POLICY_TASKS) + 1),
     ]
     for replay in (False, True):
         for correction in OFF_POLICY_CORRECTIONS:
@@ -687,6 +703,7 @@ def off_policy_table(records: list[dict]) -> str:
             for task in OFF_POLICY_TASKS:
                 record = by_arm.get(f"{task}_{correction}{'_replay' if replay else ''}")
                 cells.append(_off_policy_cell(record))
+            cells.append(" / ".join(f"{v}" for v in PAPER_TABLE_2[correction, replay]))
             rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)
 

@@ -335,11 +335,23 @@ def test_the_off_policy_table_is_laid_out_as_the_papers_table_2():
     ).splitlines()
     assert rows[0] == (
         "| correction | replay | defend_the_center: last 100 / test / lag "
-        "| breakout: last 100 / test / lag |"
+        "| breakout: last 100 / test / lag "
+        "| the paper's Table 2, 5 DeepMind Lab tasks |"
     )
-    assert rows[2] == "| vtrace | none | - | 2.50 / 10.00 / 2.0 |"
-    assert rows[5] == "| one_step_is | none | - | - |"  # not complete yet
-    assert rows[9] == "| one_step_is | 0.5 | 7.25 / 9.50 / 2.5 (612) | - |"
+    assert rows[1] == "| --- | --- | --- | --- | --- |"
+    assert rows[2] == (
+        "| vtrace | none | - | 2.50 / 10.00 / 2.0 | 46.8 / 32.9 / 31.3 / 229.2 / 43.8 |"
+    )
+    # not complete yet
+    assert (
+        rows[5] == "| one_step_is | none | - | - | 51.8 / 35.9 / 25.4 / 215.8 / 43.7 |"
+    )
+    assert rows[9] == (
+        "| one_step_is | 0.5 | 7.25 / 9.50 / 2.5 (612) | - "
+        "| 54.7 / 34.4 / 26.4 / 204.8 / 41.6 |"
+    )
+    assert rows[4].endswith("| 44.2 / 27.3 / 4.3 / 107.7 / 41.5 |")
+    assert rows[7].endswith("| 35.0 / 21.1 / 2.8 / 85.0 / 11.2 |")
 
 
 def test_a_records_policy_lag_and_settings_come_from_its_run(tmp_path):
