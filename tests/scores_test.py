@@ -2,7 +2,6 @@
 test mode's results table and episode loop."""
 
 import collections
-import logging
 import math
 
 import numpy as np
@@ -167,7 +166,7 @@ def test_results_table_rows_and_suite_lines_without_negative_zero():
     ]
 
 
-def test_play_episodes_says_it_is_at_work_while_no_episode_ends(caplog):
+def test_play_episodes_says_it_is_at_work_while_no_episode_ends(monkeypatch):
     """Test mode on a policy whose games last to the step cap logs, every
     progress interval, the episodes ended and the agent steps played; it
     returns the first episodes that end, in order, with their lengths."""
@@ -193,18 +192,23 @@ def test_play_episodes_says_it_is_at_work_while_no_episode_ends(caplog):
 
     ticks = iter(range(0, 1000, 4))  # each read of the clock 4 s later
     session = Session()
-    with caplog.at_level(logging.INFO):
-        returns, steps = test_mode.play_episodes(
-            session,
-            ActorOutput(EnvOutputs("done", "info")),
-            "atari/breakout",
-            2,
-            progress_secs=10,
-            clock=lambda: float(next(ticks)),
-        )
+    # Read test mode's own log calls: absl's handler and verbosity are the
+    # process's, which other tests in the same worker may have set.
+    logged = []
+    monkeypatch.setattr(
+        test_mode.logging, "info", lambda message, *args: logged.append(message % args)
+    )
+    returns, steps = test_mode.play_episodes(
+        session,
+        ActorOutput(EnvOutputs("done", "info")),
+        "atari/breakout",
+        2,
+        progress_secs=10,
+        clock=lambda: float(next(ticks)),
+    )
     assert (returns, steps) == ([7.0, 2.0], [30, 12])
     assert session.calls == 7
-    lines = [r.getMessage() for r in caplog.records if "agent steps" in r.message]
+    lines = [line for line in logged if "agent steps" in line]
     # The clock reads 0 at the start, then after each run: 4, 8, 12 (run 3:
     # a line, the interval restarting at 16), 20 (run 4: the first end), 24,
     # 28 (run 6: a line, restarting at 32); run 7 ends the second episode.
