@@ -13,6 +13,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -31,6 +34,7 @@ from config import LearnerConfig, replayed_unrolls
 from learner import pipeline, replay
 
 UNROLL = 5
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _buffer_graph(capacity: int, seed: int | None = None):
@@ -80,6 +84,51 @@ def test_sampling_is_uniform_over_the_unrolls_held():
     # seed makes the counts the same on every run.
     assert counts.sum() == 20000
     assert all(1800 < n < 2200 for n in counts[5:]), counts
+
+
+_PEAK_SCRIPT = """
+import sys
+import tensorflow as tf
+from learner import replay
+
+def peak_bytes():
+    with open("/proc/self/status") as f:
+        line = next(line for line in f if line.startswith("VmHWM:"))
+    return int(line.split()[1]) * 1024
+
+tf.compat.v1.disable_eager_execution()
+# 1 MiB unrolls of uint8, as Atari observations are.
+specs = (tf.TensorSpec([1024, 1024], tf.uint8), tf.TensorSpec([], tf.int64))
+buffer = replay.ReplayBuffer(specs, int(sys.argv[1]), seed=1)
+batch = tf.ones([4, 1024, 1024], tf.uint8), tf.range(4, dtype=tf.int64)
+step = buffer.insert_then_sample(batch, 4)
+with tf.compat.v1.Session() as session:
+    before = peak_bytes()
+    session.run(tf.compat.v1.local_variables_initializer())
+    for _ in range(3):
+        session.run(step)
+    print(peak_bytes() - before)
+"""
+
+
+def test_a_buffer_takes_its_own_size_of_memory_and_no_more():
+    # Zeros of a constant shape as the initial value were folded into a
+    # constant that the graph's executor kept beside the variable: 3.1 times
+    # the buffer here before the fix (a 9.2 GB buffer crashed a run).
+    capacity = 1024  # 1 GiB of uint8 unrolls
+    proc = subprocess.run(
+        [sys.executable, "-c", _PEAK_SCRIPT, str(capacity)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    buffer_bytes = capacity * (2**20 + 8)
+    grown = int(proc.stdout.split()[-1])
+    # The buffer once, plus the step's own tensors (4 MiB of unrolls in,
+    # 4 out) and what TensorFlow's first session run allocates.
+    assert buffer_bytes <= grown < 1.25 * buffer_bytes, grown / buffer_bytes
 
 
 def _learner_config(batch_size: int, proportion: float, capacity: int):
