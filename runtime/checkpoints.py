@@ -121,7 +121,7 @@ def checkpoint_saver() -> tf.compat.v1.train.Saver:
     index, and since a resume re-saves the restored step under the same
     name, it could damage the very checkpoint the state file names. (Renames
     are atomic against a killed process, not against a power loss without
-    fsync.) How this was checked: BENCHMARKS.md, "Checkpoint writes".
+    fsync.) How this was checked: docs/running.md, "How checkpoints are written".
     """
     # Relative paths in the `checkpoint` state file: a --logdir that was
     # moved or copied (another disk, another host) still names its files.
