@@ -78,8 +78,9 @@ def play_episodes(
             path := recorder.add_unroll(values["frames"], done, info.episode_return)
         ):
             logging.info("Video of the first episode written to %s.", path)
-        if clock() - last_line >= progress_secs and len(returns) < num_episodes:
-            last_line = clock()
+        now = clock()
+        if now - last_line >= progress_secs and len(returns) < num_episodes:
+            last_line = now
             logging.info(
                 "Level %s: %d of %d episodes ended, %d agent steps played.",
                 level_name,

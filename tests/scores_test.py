@@ -209,9 +209,9 @@ def test_play_episodes_says_it_is_at_work_while_no_episode_ends(monkeypatch):
     assert (returns, steps) == ([7.0, 2.0], [30, 12])
     assert session.calls == 7
     lines = [line for line in logged if "agent steps" in line]
-    # The clock reads 0 at the start, then after each run: 4, 8, 12 (run 3:
-    # a line, the interval restarting at 16), 20 (run 4: the first end), 24,
-    # 28 (run 6: a line, restarting at 32); run 7 ends the second episode.
+    # The clock reads 0 at the start, then once after each run: 4, 8, 12
+    # (run 3: a line, the interval restarting at 12), 16 (run 4: the first
+    # end), 20, 24 (run 6: a line); run 7 ends the second episode.
     assert lines == [
         "Level atari/breakout: 0 of 2 episodes ended, 12 agent steps played.",
         "Level atari/breakout: 1 of 2 episodes ended, 24 agent steps played.",
