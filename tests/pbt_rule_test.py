@@ -189,15 +189,24 @@ def test_the_figure_follows_each_member_through_its_evolutions(tmp_path):
     records.write_member(root, 1, {"frames": 800, "hyperparameters": after})
     records.append_lineage(
         root,
-        {"member": 1, "frames": 500, "before": start, "after": after, "copied_from": 0},
+        {
+            "member": 1,
+            "frames": 500,
+            "before": start,
+            "after": after,
+            "copied_from": 0,
+            "fitness": 2.5,
+        },
     )
     series = pbt_figure.trajectories(root)
     assert series[0] == {
         "frames": [0, 900],
         "copies": [],
+        "fitness": [],
         "learning_rate": [1e-3, 1e-3],
         "epsilon": [0.1, 0.1],
     }
     assert series[1]["frames"] == [0, 500, 800]
     assert series[1]["learning_rate"] == [1e-3, 1.2e-3, 1.2e-3]
     assert series[1]["copies"] == [(500, 0)]
+    assert series[1]["fitness"] == [(500, 2.5)]
