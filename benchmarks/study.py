@@ -787,12 +787,14 @@ def run_together(arms: list[Arm], args) -> list[dict]:
 def pbt_table(records: list[dict]) -> str:
     """The PBT study: a row per arm (the evolving population, the same draws
     without evolution) with each member's test mean, the best and the
-    median of them, and the members' last-100 training means."""
+    median of them, the members' last-100 training means, and each member's
+    evolutions and copies (its lineage in the record)."""
     import statistics
 
     rows = [
-        "| arm | members' test means | best | median | training, last 100 |",
-        "| --- | --- | ---: | ---: | --- |",
+        "| arm | members' test means | best | median | training, last 100 "
+        "| evolutions / copies |",
+        "| --- | --- | ---: | ---: | --- | --- |",
     ]
     for kind in ("pbt", "fixed"):
         members = sorted(
@@ -805,12 +807,17 @@ def pbt_table(records: list[dict]) -> str:
             if r.get("complete")
         ]
         if not tests:
-            rows.append(f"| {kind} | - | - | - | - |")
+            rows.append(f"| {kind} | - | - | - | - | - |")
             continue
         trained = ", ".join(f"{r.get('last_mean', 0):.2f}" for r in members)
+        lineages = [r.get("population", {}).get("lineage", []) for r in members]
+        evolved = ", ".join(
+            f"{len(entries)} / {sum(e.get('copied_from') is not None for e in entries)}"
+            for entries in lineages
+        )
         rows.append(
             f"| {kind} | {', '.join(f'{t:.2f}' for t in tests)} | {max(tests):.2f} "
-            f"| {statistics.median(tests):.2f} | {trained} |"
+            f"| {statistics.median(tests):.2f} | {trained} | {evolved} |"
         )
     return "\n".join(rows)
 

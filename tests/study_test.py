@@ -404,25 +404,30 @@ def test_the_pbt_study_is_two_populations_of_the_same_draws():
 
 
 def test_the_pbt_table_gives_each_arm_its_members_best_and_median():
-    def record(arm, test, last):
+    def record(arm, test, last, copied_from=()):
+        lineage = [{"member": 0, "copied_from": c} for c in copied_from]
         return {
             "arm": arm,
             "complete": True,
             "last_mean": last,
             "test": {"levels": {"x": {"mean_return": test}}},
+            "population": {"member": {}, "lineage": lineage},
         }
 
     header, _, pbt, fixed = study.pbt_table(
         [
-            record("pbt_0", 10.0, 9.0),
-            record("pbt_1", 14.0, 12.5),
+            record("pbt_0", 10.0, 9.0, copied_from=(None, 2, None)),
+            record("pbt_1", 14.0, 12.5, copied_from=(None,)),
             record("pbt_2", 12.0, 11.0),
             {"arm": "fixed_0", "complete": False},
         ]
     ).splitlines()
     assert header.startswith("| arm | members' test means | best | median |")
-    assert pbt == "| pbt | 10.00, 14.00, 12.00 | 14.00 | 12.00 | 9.00, 12.50, 11.00 |"
-    assert fixed == "| fixed | - | - | - | - |"
+    assert pbt == (
+        "| pbt | 10.00, 14.00, 12.00 | 14.00 | 12.00 | 9.00, 12.50, 11.00 "
+        "| 3 / 1, 1 / 0, 0 / 0 |"
+    )
+    assert fixed == "| fixed | - | - | - | - | - |"
 
 
 @pytest.mark.slow
