@@ -1,7 +1,8 @@
 """The figure of a population: each evolving hyperparameter of each member
 over frames, drawn from the population's records and lineage (pbt/), with
 each copy marked (from which member), and each member's fitness at each of
-its evolutions.
+its evolutions; with --study_results (the PBT study's records), each
+member's training curve above them beside its twin's with evolution off.
 
     python3 benchmarks/pbt_figure.py --population_dir /tmp/population \
         --out benchmarks/plots/pbt.png
@@ -57,7 +58,28 @@ def trajectories(population_dir: str) -> dict[int, dict]:
     return result
 
 
-def draw(population_dir: str, out: str) -> None:
+def study_curves(results_dir: str) -> dict[int, dict[str, list]]:
+    """Per member k, the training curve of the study's records `pbt_k.json`
+    and `fixed_k.json` (benchmarks/study.py): {"pbt": [(frames, mean of
+    the last 100 episodes)], "fixed": [...]}, each arm that has a record."""
+    import json
+
+    result: dict[int, dict[str, list]] = {}
+    for name in sorted(os.listdir(results_dir)):
+        kind, _, member = name.removesuffix(".json").rpartition("_")
+        if kind not in ("pbt", "fixed") or not member.isdigit():
+            continue
+        with open(os.path.join(results_dir, name)) as f:
+            curve = json.load(f).get("curve", [])
+        result.setdefault(int(member), {})[kind] = [
+            (point["frames"], point["mean"])
+            for point in curve
+            if point.get("mean") is not None
+        ]
+    return result
+
+
+def draw(population_dir: str, out: str, study_results: str | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -71,17 +93,38 @@ def draw(population_dir: str, out: str) -> None:
         for n in next(iter(series.values()))
         if n not in ("frames", "copies", "fitness")
     ]
+    curves = study_curves(study_results) if study_results else {}
+    top = 1 if curves else 0  # the training curves' panel, first
+    panels = top + len(names) + 1
     figure, axes = plt.subplots(
-        len(names) + 1,
-        1,
-        figsize=(8, 2.6 * (len(names) + 1)),
-        sharex=True,
-        squeeze=False,
+        panels, 1, figsize=(8, 2.6 * panels), sharex=True, squeeze=False
     )
-    for ax, name in zip(axes[:-1, 0], names, strict=True):
+    if curves:
+        ax = axes[0, 0]
+        for member, arms in sorted(curves.items()):
+            for kind, style in (("pbt", "-"), ("fixed", "--")):
+                if arms.get(kind):
+                    frames, means = zip(*arms[kind], strict=True)
+                    ax.plot(
+                        [f / 1e6 for f in frames],
+                        means,
+                        style,
+                        color=f"C{member}",
+                        label=f"{member} {'evolving' if kind == 'pbt' else 'fixed'}",
+                    )
+        ax.set_ylabel("training, last 100")
+        ax.legend(fontsize=6, ncol=2)
+        ax.grid(alpha=0.3)
+    for ax, name in zip(axes[top:-1, 0], names, strict=True):
         for member, s in series.items():
             frames = [f / 1e6 for f in s["frames"]]
-            (line,) = ax.step(frames, s[name], where="post", label=f"member {member}")
+            (line,) = ax.step(
+                frames,
+                s[name],
+                where="post",
+                color=f"C{member}",
+                label=f"member {member}",
+            )
             for copy_frames, donor in s["copies"]:
                 index = s["frames"].index(copy_frames)
                 ax.annotate(
@@ -97,10 +140,10 @@ def draw(population_dir: str, out: str) -> None:
     for member, s in series.items():
         if s["fitness"]:
             frames, fitness = zip(*s["fitness"], strict=True)
-            ax.plot([f / 1e6 for f in frames], fitness, marker=".", label=f"{member}")
+            ax.plot([f / 1e6 for f in frames], fitness, marker=".", color=f"C{member}")
     ax.set_ylabel("fitness at each evolution")
     ax.grid(alpha=0.3)
-    axes[0, 0].legend(fontsize=7)
+    axes[top, 0].legend(fontsize=7)
     axes[-1, 0].set_xlabel("frames (M)")
     figure.suptitle(
         "PBT: hyperparameters and fitness over frames "
@@ -116,8 +159,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--population_dir", required=True)
     parser.add_argument("--out", required=True)
+    parser.add_argument(
+        "--study_results", default=None, help="the PBT study's records' folder"
+    )
     args = parser.parse_args(argv)
-    draw(args.population_dir, args.out)
+    draw(args.population_dir, args.out, args.study_results)
     return 0
 
 

@@ -4,6 +4,7 @@ written whole and read back."""
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from pathlib import Path
@@ -210,3 +211,23 @@ def test_the_figure_follows_each_member_through_its_evolutions(tmp_path):
     assert series[1]["learning_rate"] == [1e-3, 1.2e-3, 1.2e-3]
     assert series[1]["copies"] == [(500, 0)]
     assert series[1]["fitness"] == [(500, 2.5)]
+
+
+def test_the_figure_pairs_each_members_curve_with_its_fixed_twin(tmp_path):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import pbt_figure
+
+    def record(name, points):
+        curve = [{"frames": f, "mean": m} for f, m in points]
+        (tmp_path / f"{name}.json").write_text(json.dumps({"curve": curve}))
+
+    record("pbt_0", [(100, 1.0), (200, 2.0)])
+    record("fixed_0", [(100, 1.5), (200, None)])
+    record("pbt_1", [(100, 0.5)])
+    record("breakout_vtrace", [(100, 9.0)])  # not a member: left out
+    assert pbt_figure.study_curves(str(tmp_path)) == {
+        0: {"pbt": [(100, 1.0), (200, 2.0)], "fixed": [(100, 1.5)]},
+        1: {"pbt": [(100, 0.5)]},
+    }
