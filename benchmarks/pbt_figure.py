@@ -24,12 +24,11 @@ from pbt import records  # noqa: E402
 
 def trajectories(population_dir: str) -> dict[int, dict]:
     """Per member: {"frames": [...], name: [...] for each evolving
-    hyperparameter (population.json's priors),
-    "copies": [(frames, from member)], "fitness": [(frames, fitness)]}: its
-    values from its start (frame 0,
-    the first evolution's `before`, or its record without one) through each
-    evolution to its record's last frames, as steps; its fitness as each
-    evolution measured it."""
+    hyperparameter (population.json's priors), "copies": [(frames, from
+    member)], "fitness": [(frames, fitness)]}: its values from its start
+    (frame 0, the first evolution's `before`, or its record without one)
+    through each evolution to its record's last frames, as steps; its
+    fitness as each evolution measured it."""
     members = records.read_members(population_dir)
     lineage = records.read_lineage(population_dir)
     shared = records.read_json(f"{population_dir}/{records.POPULATION_FILE}") or {}
