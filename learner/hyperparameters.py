@@ -33,7 +33,10 @@ class MutableHyperparameters:
     """
 
     def __init__(self, config: LearnerConfig):
-        with tf.name_scope("hyperparameters"):
+        # Not "hyperparameters": the summaries below take those names as
+        # their tags, and a name the graph already holds would get a suffix
+        # ("hyperparameters/learning_rate_1" in TensorBoard).
+        with tf.name_scope("mutable_hyperparameters"):
             self.variables = {
                 name: tf.compat.v1.Variable(
                     float(getattr(config, name)),

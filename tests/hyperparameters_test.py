@@ -102,13 +102,28 @@ def test_only_the_mutable_ones_can_be_set():
         names = sorted(
             v.op.name
             for v in tf.compat.v1.local_variables()
-            if v.op.name.startswith("hyperparameters/")
+            if v.op.name.startswith("mutable_hyperparameters/")
         )
         saved = {v.op.name for v in tf.compat.v1.global_variables()}
+        summaries = tf.compat.v1.summary.merge(
+            [
+                op
+                for op in tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.SUMMARIES)
+                if op.op.name.startswith("hyperparameters/")
+            ]
+        )
         with tf.compat.v1.Session() as session:
             session.run(tf.compat.v1.local_variables_initializer())
+            tags = {
+                value.tag
+                for value in tf.compat.v1.Summary.FromString(
+                    session.run(summaries)
+                ).value
+            }
             with pytest.raises(ValueError, match="not mutable: \\['discounting'\\]"):
                 learner.hyperparameters.assign(session, {"discounting": 0.9})
     # Local variables: never in a checkpoint.
-    assert names == sorted(f"hyperparameters/{n}" for n in MUTABLE)
+    assert names == sorted(f"mutable_hyperparameters/{n}" for n in MUTABLE)
     assert not set(names) & saved
+    # TensorBoard shows each under exactly its name (no "_1" suffix).
+    assert {f"hyperparameters/{n}" for n in MUTABLE} <= tags
