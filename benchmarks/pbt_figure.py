@@ -58,21 +58,20 @@ def trajectories(population_dir: str) -> dict[int, dict]:
 
 
 def study_curves(results_dir: str) -> dict[int, dict[str, list]]:
-    """Per member k, the training curve of the study's records `pbt_k.json`
-    and `fixed_k.json` (benchmarks/study.py): {"pbt": [(frames, mean of
-    the last 100 episodes)], "fixed": [...]}, each arm that has a record."""
-    import json
+    """Per member k, the training curve of the PBT study's records of its
+    arms (benchmarks/study.py's `pbt_arms`: `pbt_k`, `fixed_k`): {"pbt":
+    [(frames, mean of the last 100 episodes)], "fixed": [...]}, each arm
+    that has a record."""
+    import study
 
     result: dict[int, dict[str, list]] = {}
-    for name in sorted(os.listdir(results_dir)):
-        kind, _, member = name.removesuffix(".json").rpartition("_")
-        if kind not in ("pbt", "fixed") or not member.isdigit():
+    for arm in study.pbt_arms(None):
+        record = study.load_record(os.path.join(results_dir, f"{arm.name}.json"))
+        if record is None:
             continue
-        with open(os.path.join(results_dir, name)) as f:
-            curve = json.load(f).get("curve", [])
-        result.setdefault(int(member), {})[kind] = [
+        result.setdefault(int(arm.flag("population_member")), {})[arm.group] = [
             (point["frames"], point["mean"])
-            for point in curve
+            for point in record.get("curve", [])
             if point.get("mean") is not None
         ]
     return result

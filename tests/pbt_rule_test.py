@@ -173,12 +173,18 @@ def test_records_are_written_whole_and_read_back(tmp_path):
     assert leftovers == ["1.json.tmp-dead"]
 
 
-def test_the_figure_follows_each_member_through_its_evolutions(tmp_path):
+def _pbt_figure():
+    """benchmarks/pbt_figure.py, imported from its folder."""
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
     import pbt_figure
 
+    return pbt_figure
+
+
+def test_the_figure_follows_each_member_through_its_evolutions(tmp_path):
+    pbt_figure = _pbt_figure()
     root = str(tmp_path)
     records.write_json(
         f"{root}/population.json",
@@ -214,10 +220,7 @@ def test_the_figure_follows_each_member_through_its_evolutions(tmp_path):
 
 
 def test_the_figure_pairs_each_members_curve_with_its_fixed_twin(tmp_path):
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-    import pbt_figure
+    pbt_figure = _pbt_figure()
 
     def record(name, points):
         curve = [{"frames": f, "mean": m} for f, m in points]
