@@ -7,9 +7,10 @@ it goes; resumable; one figure of the curves.
 
 Every study here goes through this tool (Atari-5, the off-policy study, the
 PBT comparison): a study is a name in STUDIES that gives its arms (`atari5`,
-`atari3_val`, `off_policy`: each task x each correction x {no replay,
-replay 0.5}), or arms
-given with --arm 'NAME: FLAGS' (repeatable). For each arm, in order:
+`atari3`, `atari3_val`, `atari5_val` and the tuning study `atari3_val_tuning`,
+from atari_suites.py; `off_policy`: each task x each correction x {no replay,
+replay 0.5}; `pbt`), or arms given with --arm 'NAME: FLAGS' (repeatable).
+For each arm, in order:
 
 * `<results>/<arm>.json` complete (trained to its budget and tested): the
   arm is skipped, whichever commit made it (a result is never overwritten).
@@ -48,10 +49,11 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import atari_suites  # noqa: E402
 import common  # noqa: E402
 import train_until  # noqa: E402
 
-ATARI5_FRAMES = 40_000_000
+ATARI5_FRAMES = atari_suites.ATARI5_FRAMES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,15 +78,7 @@ class Arm:
 def atari_suite_arms(suite: str, frames: int) -> list[Arm]:
     """One expert a game of an Atari suite, Atari's default command (the
     level flag alone) with the frame budget."""
-    from families import atari57
-
-    return [
-        Arm(
-            game,
-            (f"--level_name=atari/{game}", f"--total_environment_frames={frames}"),
-        )
-        for game in atari57.SUBSETS[suite]
-    ]
+    return [Arm(name, flags) for name, flags in atari_suites.suite_arms(suite, frames)]
 
 
 # The off-policy study (the paper's Table 2, docs/off-policy.md): each task
@@ -204,6 +198,13 @@ STUDIES = {
     "atari3_val": lambda frames: atari_suite_arms(
         "atari3_val", frames or ATARI5_FRAMES
     ),
+    "atari3": lambda frames: atari_suite_arms("atari3", frames or ATARI5_FRAMES),
+    "atari5_val": lambda frames: atari_suite_arms(
+        "atari5_val", frames or ATARI5_FRAMES
+    ),
+    "atari3_val_tuning": lambda frames: [
+        Arm(name, flags) for name, flags in atari_suites.tuning_arms(frames)
+    ],
     "off_policy": off_policy_arms,
     "pbt": pbt_arms,
 }
@@ -893,8 +894,13 @@ def main(argv: list[str] | None = None) -> int:
                 print(off_policy_table(found))
             elif args.study == "pbt":
                 print(pbt_table(found))
+            elif args.study == "atari3_val_tuning":
+                print(atari_suites.tuning_table(found))
             else:
                 print(markdown_table(found))
+                if args.study in ("atari5", "atari3", "atari3_val", "atari5_val"):
+                    line = atari_suites.suite_estimate_line(args.study, found)
+                    print(line or f"No {args.study} estimate: a game is untested.")
             return 0
         study_arms = list(arms)  # the figure's order, whichever arms run now
         if args.only:

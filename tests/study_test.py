@@ -11,11 +11,13 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 from run_helpers import REPO_ROOT
 
 sys.path.insert(0, os.path.join(REPO_ROOT, "benchmarks"))
 
+import atari_suites  # noqa: E402
 import study  # noqa: E402
 
 import environments  # noqa: E402
@@ -205,13 +207,13 @@ def test_the_atari5_study_is_the_five_games_at_40m_frames_with_the_default():
             "--total_environment_frames=40000000",
         )
     assert [a.name for a in study.STUDIES["atari3_val"](1000)] == [
-        "battle_zone",
-        "name_this_game",
-        "phoenix",
+        "assault",
+        "ms_pacman",
+        "yars_revenge",
     ]
 
 
-def test_atari5_and_atari3_val_resolve_to_their_games_with_the_atari57_scores():
+def test_the_atari_suites_are_the_papers_games_and_validation_shares_none_with_test():
     assert environments.expand_level_names("atari5") == [
         "atari/battle_zone",
         "atari/double_dunk",
@@ -219,31 +221,86 @@ def test_atari5_and_atari3_val_resolve_to_their_games_with_the_atari57_scores():
         "atari/phoenix",
         "atari/qbert",
     ]
-    assert environments.expand_level_names("atari3_val") == [
+    assert environments.expand_level_names("atari3") == [
         "atari/battle_zone",
         "atari/name_this_game",
         "atari/phoenix",
     ]
+    assert environments.expand_level_names("atari3_val") == [
+        "atari/assault",
+        "atari/ms_pacman",
+        "atari/yars_revenge",
+    ]
+    assert environments.expand_level_names("atari5_val") == [
+        "atari/bank_heist",
+        "atari/video_pinball",
+        "atari/assault",
+        "atari/ms_pacman",
+        "atari/yars_revenge",
+    ]
+    test_games = set(atari57.SUBSETS["atari5"]) | set(atari57.SUBSETS["atari3"])
+    for suite in ("atari3_val", "atari5_val"):
+        assert not test_games & set(atari57.SUBSETS[suite])
     # Several games, one policy: all 18 actions, as for atari57.
     assert environments.num_actions(environments.expand_level_names("atari5")) == 18
-    # The suite's scores come from the Atari-57 table: human returns score
-    # 100 on each game, random ones 0.
+
+
+def test_a_suites_scores_are_its_median_mean_and_estimate_of_the_57_game_median():
+    # Human returns score 100 on each game; the estimate is then
+    # 101 ** (sum of the weights) - 1: Atari-5's weights sum to 0.9653006,
+    # and 101 ** 0.9653006 - 1 = 85.05 (by hand: exp(0.9653006 * ln 101) - 1).
     human = {f"atari/{g}": [atari57.HUMAN_SCORES[g]] for g in atari57.SUBSETS["atari5"]}
     assert environments.suite_scores("atari5", human) == {
         "median": pytest.approx(100.0),
         "mean": pytest.approx(100.0),
+        "median57_estimate": pytest.approx(85.05, abs=0.01),
     }
+    # Assault random (0), Ms. Pac-Man human (100), Yars' Revenge at twice
+    # the human margin (200): median 100, mean 100, estimate
+    # 10 ** (0.33525 * log10(1) + 0.42364 * log10(101) + 0.19162 * log10(201))
+    # - 1 = 10 ** (0.84911 + 0.44133) - 1 = 18.52.
     mixed = {
-        "atari/battle_zone": [atari57.RANDOM_SCORES["battle_zone"]],
-        "atari/name_this_game": [atari57.HUMAN_SCORES["name_this_game"]],
-        "atari/phoenix": [atari57.HUMAN_SCORES["phoenix"]],
+        "atari/assault": [atari57.RANDOM_SCORES["assault"]],
+        "atari/ms_pacman": [atari57.HUMAN_SCORES["ms_pacman"]],
+        "atari/yars_revenge": [
+            2 * atari57.HUMAN_SCORES["yars_revenge"]
+            - atari57.RANDOM_SCORES["yars_revenge"]
+        ],
     }
     assert environments.suite_scores("atari3_val", mixed) == {
         "median": pytest.approx(100.0),
-        "mean": pytest.approx(200 / 3),
+        "mean": pytest.approx(100.0),
+        "median57_estimate": pytest.approx(18.52, abs=0.01),
     }
-    with pytest.raises(ValueError, match="Missing returns for 'name_this_game'"):
-        environments.suite_scores("atari3_val", {"atari/battle_zone": [1.0]})
+    with pytest.raises(ValueError, match="Missing returns for 'ms_pacman'"):
+        environments.suite_scores("atari3_val", {"atari/assault": [1.0]})
+
+
+def test_the_estimate_clips_negative_scores_at_zero_and_names_a_missing_game():
+    # Five scores, the estimate written out by hand; a negative score
+    # counts as 0.
+    atari5 = {"battle_zone": 63.1, "double_dunk": 535.0, "name_this_game": 248.2}
+    atari5.update(phoenix=211.0, qbert=128.5)
+    by_hand = (
+        10
+        ** (
+            0.3819751237831753 * np.log10(64.1)
+            + 0.0679099488887574 * np.log10(536.0)
+            + 0.310804148620847 * np.log10(249.2)
+            + 0.12412619402774641 * np.log10(212.0)
+            + 0.08048518286466755 * np.log10(129.5)
+        )
+        - 1
+    )
+    assert atari57.median57_estimate("atari5", atari5) == pytest.approx(by_hand)
+    assert atari57.median57_estimate(
+        "atari3_val", {"assault": -50.0, "ms_pacman": 0.0, "yars_revenge": -1.0}
+    ) == pytest.approx(0.0)
+    with pytest.raises(
+        ValueError,
+        match="Missing double_dunk, name_this_game, phoenix, qbert for the atari5",
+    ):
+        atari57.median57_estimate("atari5", {"battle_zone": 1.0})
 
 
 def test_a_suite_game_the_installed_ale_py_lacks_is_one_error_naming_it(monkeypatch):
@@ -450,3 +507,59 @@ def test_the_members_of_a_group_train_together_each_with_its_record(tmp_path):
         assert population["member"]["hyperparameters"]
         assert population["lineage"] == []  # burn-in beyond the budget
     assert (tmp_path / "runs" / "pbt_population" / "population.json").exists()
+
+
+def test_the_tuning_study_trains_replay_first_on_atari3_val_and_never_on_atari5():
+    arms = study.STUDIES["atari3_val_tuning"](None)
+    assert [a.name for a in arms[:3]] == [
+        "replay0.assault",
+        "replay0.ms_pacman",
+        "replay0.yars_revenge",
+    ]
+    assert arms[0].flags == (
+        "--level_name=atari/assault",
+        "--total_environment_frames=10000000",
+    )
+    assert arms[-1].flags == (
+        "--level_name=atari/yars_revenge",
+        "--total_environment_frames=10000000",
+        "--replay_proportion=0.75",
+        "--replay_capacity=10000",
+    )
+    games = {a.flag("level_name").split("/")[1] for a in arms}
+    assert games == set(atari57.SUBSETS["atari3_val"])
+    assert not games & set(atari57.SUBSETS["atari5"])
+
+
+def test_the_tuning_table_gives_each_configuration_its_atari3_val_estimate():
+    def record(arm, level, score):
+        return {
+            "arm": arm,
+            "test": {
+                "levels": {
+                    level: {
+                        "mean_return": 1000.0,
+                        "returns": [1000.0],
+                        "human_normalized": score,
+                    }
+                }
+            },
+        }
+
+    records = [
+        record("replay0.assault", "atari/assault", 0.0),
+        record("replay0.ms_pacman", "atari/ms_pacman", 100.0),
+        record("replay0.yars_revenge", "atari/yars_revenge", 200.0),
+        record("replay050.assault", "atari/assault", 50.0),
+    ]
+    rows = atari_suites.tuning_table(records).splitlines()
+    # The estimate by hand as in the suite's test above: 18.52 %.
+    assert rows[2] == (
+        "| replay0 | 1,000 (0.0 %) | 1,000 (100.0 %) | 1,000 (200.0 %) | 18.5 % |"
+    )
+    assert rows[3] == "| replay050 | 1,000 (50.0 %) | - | - | - |"
+    line = atari_suites.suite_estimate_line("atari3_val", records[:3])
+    assert line == (
+        "atari3_val estimate of the 57-game median: 18.5 % (stated error 17.1 %)"
+    )
+    assert atari_suites.suite_estimate_line("atari3_val", records[3:]) is None
