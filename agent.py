@@ -10,6 +10,17 @@ The network follows the IMPALA paper (Espeholt et al., 2018, figure 3):
            normalised value per level of the run, popart.py)
   action ~ Categorical(policy logits)
 
+The frame stack (Atari's 4 frames) is built here, in the graph, from one
+frame a step: with frame_stack S > 1 the agent's state carries the last
+S - 1 frames beside the core state (`StackedState`), and each step's
+observation is those frames and the new one, oldest first, along the
+channels; where an episode starts (done) the stack restarts as the new frame
+repeated S times, as the LSTM state restarts. An actor then sends each frame
+once, and the learner rebuilds the stacks from the unroll's frames and the
+state before its first step, which the unroll carries (SEED RL keeps its
+stack in the agent state the same way). The network sees [H, W, S x C]
+either way, so a checkpoint does not depend on where the stack was built.
+
 Two options leave the paper's network: use_lstm=False drops the LSTM (the
 heads read the concatenation), torso_dtype='bfloat16' computes the torso's
 convolutions in bfloat16 (float32 weights).
@@ -33,6 +44,9 @@ import tensorflow as tf
 from config import AgentConfig
 
 AgentOutput = collections.namedtuple("AgentOutput", "action policy_logits baseline")
+# An agent that stacks frames: its core state (LSTMState, or () without the
+# LSTM) and the last S - 1 frames, uint8 [B, H, W, (S - 1) x C], oldest first.
+StackedState = collections.namedtuple("StackedState", "core frames")
 
 # Instruction encoding sizes from the paper.
 INSTRUCTION_HASH_BUCKETS = 1000
@@ -248,9 +262,15 @@ class Agent(snt.Module):
         torso_dtype: str = "float32",
         use_lstm: bool = True,
         num_values: int = 0,
+        frame_stack: int = 1,
+        frame_shape: tuple[int, ...] = (),
         name: str = "agent",
     ):
         """num_actions: policy size; torso: 'deep' or 'shallow'.
+
+        frame_stack S: the frames stacked into each observation (module
+        docstring); 1 feeds each frame alone. frame_shape [H, W, C]: one
+        frame's shape, which the state's frames need (S > 1 only).
 
         num_values: 0 for the paper's value head, one value per step
         (`baseline` [N]); L >= 1 for PopArt's, one normalised value per level
@@ -286,7 +306,14 @@ class Agent(snt.Module):
             raise ValueError(
                 f"torso_dtype={torso_dtype!r} is not one of {TORSO_DTYPES}"
             )
+        if frame_stack < 1 or (frame_stack > 1 and len(frame_shape) != 3):
+            raise ValueError(
+                f"frame_stack={frame_stack} needs frame_shape [H, W, C], got "
+                f"{frame_shape!r}"
+            )
         dtype = tf.as_dtype(torso_dtype)
+        self._frame_stack = frame_stack
+        self._frame_shape = tuple(frame_shape)
         self._num_actions = num_actions
         self._num_values = num_values
         self._torso_kind = torso
@@ -327,12 +354,48 @@ class Agent(snt.Module):
     def use_lstm(self) -> bool:
         return self._core is not None
 
+    @property
+    def frame_stack(self) -> int:
+        return self._frame_stack
+
     def initial_state(self, batch_size) -> snt.LSTMState | tuple:
         """Zero core state: LSTMState(hidden [B, 256], cell [B, 256]); () for
-        an agent without the LSTM."""
-        if self._core is None:
-            return ()
-        return self._core.initial_state(batch_size)
+        an agent without the LSTM. With a frame stack, StackedState(that,
+        zero frames uint8 [B, H, W, (S - 1) x C]): never seen, because every
+        first step of an environment is done."""
+        core = () if self._core is None else self._core.initial_state(batch_size)
+        if self._frame_stack == 1:
+            return core
+        height, width, channels = self._frame_shape
+        shape = [height, width, (self._frame_stack - 1) * channels]
+        return StackedState(core, tf.zeros([batch_size, *shape], tf.uint8))
+
+    def stack_frames(self, env_outputs, frames: tf.Tensor):
+        """Builds each step's stacked observation from one frame a step.
+
+        Args:
+          env_outputs: StepOutput [T, B, ...] whose frame is uint8 [T, B, H,
+            W, C] (the newest frame) and done bool [T, B].
+          frames: uint8 [B, H, W, (S - 1) x C], the S - 1 frames before step 0.
+
+        Returns:
+          (env_outputs with frames [T, B, H, W, S x C], oldest first; the
+           S - 1 frames after the last step). Where done, the stack is the
+           step's frame repeated S times (an episode's first observation).
+        """
+        frame, instruction = env_outputs.observation
+        channels = self._frame_shape[-1]
+        stacks = []
+        for frame_t, done_t in zip(
+            tf.unstack(frame), tf.unstack(env_outputs.done), strict=True
+        ):
+            continued = tf.concat([frames, frame_t], axis=-1)
+            restarted = tf.tile(frame_t, [1, 1, 1, self._frame_stack])
+            stack_t = tf.where(done_t[:, None, None, None], restarted, continued)
+            stacks.append(stack_t)
+            frames = stack_t[..., channels:]
+        observation = (tf.stack(stacks), instruction)
+        return env_outputs._replace(observation=observation), frames
 
     def _encode(self, last_actions: tf.Tensor, env_outputs) -> tf.Tensor:
         """Per-step features before the core: inputs [N, ...] -> [N, D]."""
@@ -365,19 +428,30 @@ class Agent(snt.Module):
             (the "last action" input).
           env_outputs: StepOutput with reward [T, B], done bool [T, B],
             observation (frame uint8 [T, B, H, W, C], instruction string [T, B]).
-          core_state: LSTMState of [B, 256] tensors, the state before step 0.
+          core_state: LSTMState of [B, 256] tensors, the state before step 0
+            (`initial_state`'s structure: StackedState with a frame stack,
+            whose frames are uint8 [T, B, H, W, C] here, one a step).
 
         Returns:
           (AgentOutput with action [T, B], policy_logits [T, B, A],
-           baseline [T, B]; the core state after the last step).
+           baseline [T, B]; the state after the last step).
         """
+        if self._frame_stack > 1:
+            core_state, frames = core_state
+            env_outputs, frames = self.stack_frames(env_outputs, frames)
+            output, core_state = self._unroll(actions, env_outputs, core_state)
+            return output, StackedState(core_state, frames)
+        return self._unroll(actions, env_outputs, core_state)
+
+    def _unroll(self, actions: tf.Tensor, env_outputs, core_state):
+        """`unroll` over stacked observations and the core state alone."""
         # The torso and instruction encoder have no recurrence: run them on
         # all T * B steps at once.
         features = snt.BatchApply(self._encode, num_dims=2)(actions, env_outputs)
         if self._core is None:
             return snt.BatchApply(self._head, num_dims=2)(features), ()
         done = env_outputs.done
-        initial = self.initial_state(tf.shape(actions)[1])
+        initial = self._core.initial_state(tf.shape(actions)[1])
         core_outputs = []
         # T is static (unroll_length + 1), so a Python loop is fine and lets
         # the state be reset between steps.
@@ -415,5 +489,7 @@ def create_agent(config: AgentConfig, name: str = "agent") -> Agent:
         torso_dtype=config.torso_dtype,
         use_lstm=config.use_lstm,
         num_values=config.num_values,
+        frame_stack=config.frame_stack,
+        frame_shape=config.frame_shape,
         name=name,
     )

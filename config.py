@@ -50,7 +50,10 @@ class EnvironmentConfig:
 class AgentConfig:
     """The network: `torso` is --agent ('deep' or 'shallow'), `torso_dtype`
     --torso_dtype ('float32' or 'bfloat16', what its convolutions compute in),
-    `use_lstm` --use_lstm (False: no LSTM core, the heads read its inputs)."""
+    `use_lstm` --use_lstm (False: no LSTM core, the heads read its inputs).
+    `frame_stack` the frames it stacks (--frame_stack, resolved: the family's
+    where 0), each of `frame_shape` [H, W, C] as the environment returns it
+    (() without a stack; environments.frame_stack_settings gives both)."""
 
     torso: str
     num_actions: int
@@ -62,6 +65,8 @@ class AgentConfig:
     # PopArt's value head (--popart): one normalised value per level of the
     # run; 0 = the paper's single value.
     num_values: int = 0
+    frame_stack: int = 1
+    frame_shape: tuple[int, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -270,6 +275,11 @@ def validate_flags(
     require(f.batch_size > 0, "batch_size", "must be >= 1 (unrolls per update).")
     require(f.num_learners > 0, "num_learners", "must be >= 1 (1: one learner).")
     require(f.unroll_length > 0, "unroll_length", "must be >= 1.")
+    require(
+        f.frame_stack >= 0,
+        "frame_stack",
+        "must be >= 0 (0: the level's family's; 1: no stack).",
+    )
     require(f.num_action_repeats > 0, "num_action_repeats", "must be >= 1.")
     require(0.0 <= f.discounting <= 1.0, "discounting", "must be in [0, 1].")
     require(f.learning_rate >= 0.0, "learning_rate", "must be >= 0.")

@@ -333,6 +333,31 @@ def has_instructions(level_names) -> bool:
     return _family_of_all(level_names).has_instructions(level_names)
 
 
+def frame_stack_settings(level_names, given: int = 0) -> dict[str, Any]:
+    """AgentConfig's `frame_stack` and `frame_shape` for these levels (all
+    of one family): --frame_stack=`given`, or the family's depth where it
+    is 0 (Atari: 4 frames of [84, 84, 1]; DeepMind Lab and ViZDoom: 1).
+
+    Raises:
+      ValueError: a depth above 1 for a family whose frames are not stacked
+        (its message names the flag).
+    """
+    level_names = list(level_names)
+    family = _family_of_all(level_names)
+    depth = given or family.frame_stack
+    if depth < 1:
+        raise ValueError(f"--frame_stack={given}: must be >= 0 (0: the family's).")
+    if depth > 1 and not family.frame_shape:
+        raise ValueError(
+            f"--frame_stack={given}: {family.name} has no frame stack (its "
+            f"agent sees one frame a step); leave --frame_stack out, or give 1."
+        )
+    return {
+        "frame_stack": depth,
+        "frame_shape": tuple(family.frame_shape) if depth > 1 else (),
+    }
+
+
 def suite_scores(suite: str, level_returns) -> dict[str, float]:
     """A suite's human-normalised scores ('dmlab30': no_cap and cap_100;
     'atari57': median and mean; a level list: the median and mean of its

@@ -231,6 +231,10 @@ def config_from_flags(
         ):
             logging.warning(warning)
     options = family.options({flag.name: f[flag.name].value for flag in family.flags})
+    try:
+        stack = environments.frame_stack_settings(level_names, f.frame_stack)
+    except ValueError as e:
+        raise FlagError(str(e)) from None
     return Config(
         run=from_flags(f, RunConfig, choices=tuple(choices)),
         environment=EnvironmentConfig(
@@ -248,6 +252,7 @@ def config_from_flags(
             torso_dtype=torso_dtype,
             use_lstm=use_lstm,
             num_values=num_values,
+            **stack,
         ),
         learner=from_flags(
             f,

@@ -101,7 +101,11 @@ def bench_config(
     num_actions = environments.num_actions(level_names)
     environment = EnvironmentConfig(LEVEL, level_names, num_actions)
     agent_config = AgentConfig(
-        agent_name, num_actions, use_instruction=False, torso_dtype=torso_dtype
+        agent_name,
+        num_actions,
+        use_instruction=False,
+        torso_dtype=torso_dtype,
+        **environments.frame_stack_settings(level_names),
     )
     if batch_size % num_learners or (num_learners > 1 and mode != "fixed"):
         raise SystemExit(

@@ -116,7 +116,12 @@ def _configs(agent_name: str, batch_size: int, unroll: int, num_learners: int):
 
     num_actions = environments.num_actions((LEVEL,))
     environment = EnvironmentConfig(LEVEL, (LEVEL,), num_actions)
-    agent_config = AgentConfig(agent_name, num_actions, use_instruction=False)
+    agent_config = AgentConfig(
+        agent_name,
+        num_actions,
+        use_instruction=False,
+        **environments.frame_stack_settings((LEVEL,)),
+    )
     config = LearnerConfig(
         batch_size=batch_size,
         unroll_length=unroll,

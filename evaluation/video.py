@@ -1,9 +1,10 @@
 """Videos of test-mode episodes: what the agent saw, as an animated GIF.
 
 Test mode (`--test_video_dir`) records the first episode of each level from
-the observations the agent itself receives: the newest of the four stacked
-grayscale frames for Atari ([84, 84, 4] -> [84, 84]), the RGB frame for
-DeepMind Lab ([H, W, 3]). Frames are kept at their own size while the
+the observations the agent itself receives: the newest grayscale frame for
+Atari ([84, 84, 1] as the environment sends it, the newest of the agent's
+stack of 4; an environment-side stack [84, 84, 4] shows its newest too), the
+RGB frame for DeepMind Lab ([H, W, 3]). Frames are kept at their own size while the
 episode plays and enlarged only when the file is written, so a long episode
 costs ~7 KB per agent step of memory (Atari), not the enlarged size.
 

@@ -18,8 +18,14 @@ Preprocessing (IMPALA paper, appendix; the DQN setup of Mnih et al. 2015):
   (Atari sprites flicker: some are drawn only every other frame);
 - grayscale (ALE's own luminance palette), resized from 210x160 to 84x84 with
   OpenCV's INTER_AREA (chosen by measurement, see `resize_frame`);
-- the observation stacks the last 4 such frames: uint8 [84, 84, 4], channels
-  last, oldest first (`frame[..., -1]` is the newest);
+- the environment returns the newest such frame, uint8 [84, 84, 1]; the
+  agent stacks the last 4 (agent.py, `frame_stack`): uint8 [84, 84, 4],
+  channels last, oldest first (`frame[..., -1]` is the newest), restarting
+  the stack from the current frame, repeated 4 times, wherever an episode
+  starts. The stack is built in the graph so that each frame crosses the
+  pipe, the queue and the replay buffer once, not 4 times (as SEED RL keeps
+  it in the agent's state). `frame_stack=4` builds the same stack here, in
+  the environment (how it was done before; the tests compare the two);
 - each game starts with a random number of no-op frames, uniform in
   [0, noop_max] (30), drawn from the seeded generator;
 - sticky actions (repeat_action_probability) are off by default; 0.25 is the
@@ -31,7 +37,7 @@ Preprocessing (IMPALA paper, appendix; the DQN setup of Mnih et al. 2015):
 Loss of life (`episode_life=True`, for training only): the step where a life
 is lost returns done=True, but the game is not reset; play continues from that
 point and the frame stack restarts from the current frame, as at the start of
-an episode. An "episode" is then one life: `FlowEnvironment`'s episode_return
+an episode (the done flag the agent's stack restarts at). An "episode" is then one life: `FlowEnvironment`'s episode_return
 and episode_step (which restart at every done) are per life, and the 108,000
 frame cap and no-op starts apply to the whole game. Test mode
 (`episode_life=False`) gives whole games, the figures that are comparable with
@@ -58,6 +64,7 @@ from families.contract import (
 # Only the frame geometry is fixed: the agent's network is built for it.
 FRAME_HEIGHT = 84
 FRAME_WIDTH = 84
+# The frames the agent stacks (FAMILY.frame_stack): the paper's 4.
 FRAME_STACK = 4
 SCREEN_SHAPE = (210, 160)  # every ALE game renders 210x160
 NUM_FULL_ACTIONS = 18
@@ -129,8 +136,10 @@ class PyProcessAtari:
       initial() -> observation
       step(action) -> (reward float32, done bool, observation)
       close()
-    where observation = (frame uint8 [84, 84, 4], instruction '') matches the
-    DeepMind Lab observation's structure so that one agent serves both, and
+    where observation = (frame uint8 [84, 84, frame_stack], instruction '')
+    matches the DeepMind Lab observation's structure so that one agent
+    serves both (frame_stack 1, the default, is the newest frame alone: the
+    agent stacks; 4 stacks here, oldest first), and
     `action` is an int index into the action set (`action_set`): the game's
     minimal set, or all 18 ALE actions with full_action_space=True (one policy
     shared across games, as for atari57). When done is True the observation
@@ -147,7 +156,10 @@ class PyProcessAtari:
         max_episode_frames: int = DEFAULT_MAX_EPISODE_FRAMES,
         episode_life: bool = False,
         full_action_space: bool = False,
+        frame_stack: int = 1,
     ):
+        if frame_stack < 1:
+            raise ValueError(f"frame_stack must be >= 1, got {frame_stack}.")
         if num_action_repeats < 1:
             raise ValueError(
                 f"num_action_repeats must be >= 1, got {num_action_repeats}."
@@ -198,11 +210,12 @@ class PyProcessAtari:
         self._screens = np.zeros((2, *SCREEN_SHAPE), np.uint8)
         self._screen_index = 0
         self._max_screen = np.zeros(SCREEN_SHAPE, np.uint8)
-        # The frame stack is a ring of FRAME_STACK planes: a new frame
+        # The frame stack is a ring of frame_stack planes: a new frame
         # overwrites the oldest plane, and the observation interleaves them
         # oldest first (cv2.merge), which costs far less than shifting an
         # [84, 84, 4] array along its last axis every step.
-        self._planes = np.zeros((FRAME_STACK, FRAME_HEIGHT, FRAME_WIDTH), np.uint8)
+        self._stack = frame_stack
+        self._planes = np.zeros((frame_stack, FRAME_HEIGHT, FRAME_WIDTH), np.uint8)
         self._oldest = 0  # index of the oldest plane
 
         self._episode_frames = 0
@@ -299,7 +312,7 @@ class PyProcessAtari:
         resize_frame(self._max_screen, out=self._planes[self._oldest])
         if fill:
             self._planes[:] = self._planes[self._oldest]
-        self._oldest = (self._oldest + 1) % FRAME_STACK
+        self._oldest = (self._oldest + 1) % self._stack
 
     def _new_game(self) -> None:
         self._ale.reset_game()
@@ -327,16 +340,19 @@ class PyProcessAtari:
     def _observation(self):
         import cv2
 
-        # cv2.merge returns a fresh array: the caller may keep it while the
-        # next step overwrites the planes.
-        order = [(self._oldest + k) % FRAME_STACK for k in range(FRAME_STACK)]
+        # A fresh array either way: the caller may keep it while the next
+        # step overwrites the planes.
+        if self._stack == 1:
+            return self._planes[0][:, :, None].copy(), ""
+        order = [(self._oldest + k) % self._stack for k in range(self._stack)]
         return cv2.merge([self._planes[i] for i in order]), ""
 
     @staticmethod
-    def _tensor_specs(method_name, unused_kwargs, unused_constructor_kwargs):
+    def _tensor_specs(method_name, unused_kwargs, constructor_kwargs):
         """Output specs of `initial` and `step` for py_process (TF, lazily)."""
         return environment_tensor_specs(
-            method_name, [FRAME_HEIGHT, FRAME_WIDTH, FRAME_STACK]
+            method_name,
+            [FRAME_HEIGHT, FRAME_WIDTH, constructor_kwargs.get("frame_stack", 1)],
         )
 
 
@@ -354,6 +370,9 @@ class AtariFamily(EnvironmentFamily):
 
     name = "Atari"
     suites = SUITES
+    # The agent stacks the last 4 frames of [84, 84, 1] (agent.py).
+    frame_stack = FRAME_STACK
+    frame_shape = (FRAME_HEIGHT, FRAME_WIDTH, 1)
     level_forms = "'atari/<game>' (an ale_py ROM id, e.g. atari/pong), " + ", ".join(
         repr(s) for s in SUITES
     )

@@ -100,6 +100,13 @@ class EnvironmentFamily:
         process (--envs_per_process); None for no limit.
       flags: the family's own command-line flags (FamilyFlag), which
         `options` turns into its settings.
+      frame_stack: how many of its latest frames the agent stacks into one
+        observation (agent.py builds the stack in the graph, so each frame
+        leaves the environment once); 1, no stack: the agent sees each
+        frame alone.
+      frame_shape: the shape of one frame its environments return, [H, W,
+        C], which a stacking agent needs before the first step (the state
+        it keeps); () where frame_stack is 1.
       default_flagfiles: the flag files of the family's tested commands
         (flagfiles/...), the first its default: a single-machine training
         run of the family's levels takes their values for every flag it
@@ -114,6 +121,8 @@ class EnvironmentFamily:
     catch_all = False
     max_envs_per_process: int | None = None
     flags: tuple[FamilyFlag, ...] = ()
+    frame_stack: int = 1
+    frame_shape: tuple[int, ...] = ()
     default_flagfiles: tuple[str, ...] = ()
 
     def owns(self, level_name: str) -> bool:

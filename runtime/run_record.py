@@ -44,6 +44,7 @@ FIXED_SETTINGS = (
     "level_name",
     "agent",
     "use_lstm",
+    "frame_stack",
     "popart",
     "optimizer",
     "num_action_repeats",

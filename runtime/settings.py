@@ -174,6 +174,15 @@ SETTINGS: tuple[Setting, ...] = (
         "agent",
     ),
     Setting(
+        "frame_stack",
+        0,
+        "How many of the latest frames the agent stacks into one observation,"
+        " built in the graph so that each frame leaves the environment once;"
+        " 0: the level's family's (Atari: 4; DeepMind Lab and ViZDoom stack"
+        " none).",
+        "agent",
+    ),
+    Setting(
         "torso_dtype",
         "float32",
         "<float32|bfloat16|auto>: What the torso's convolutions compute in "

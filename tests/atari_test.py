@@ -40,7 +40,16 @@ def _run(env, actions):
 
 
 def test_shapes_and_dtypes():
+    # The environment the actors run returns the newest frame alone (the
+    # agent stacks them).
     env = atari.PyProcessAtari("pong", seed=1)
+    frame, instruction = env.initial()
+    assert frame.shape == (84, 84, 1) and frame.dtype == np.uint8
+    reward, done, (frame, instruction) = env.step(0)
+    assert frame.shape == (84, 84, 1) and frame.dtype == np.uint8
+    env.close()
+    # The stack built here, as before the agent built it.
+    env = atari.PyProcessAtari("pong", seed=1, frame_stack=4)
     frame, instruction = env.initial()
     assert frame.shape == (84, 84, 4) and frame.dtype == np.uint8
     assert instruction == ""
@@ -59,7 +68,7 @@ def test_max_pool_resize_and_stacking_match_a_raw_replica():
     # Space Invaders draws some sprites on alternate frames, so the max over
     # the last two frames differs visibly from the last frame alone.
     game, seed = "space_invaders", 7
-    env = atari.PyProcessAtari(game, seed=seed)
+    env = atari.PyProcessAtari(game, seed=seed, frame_stack=4)
     ale = _replica(game, seed)
     rng = np.random.RandomState(0)
     actions = env._actions  # the game's minimal set (ALE Action values)
@@ -165,7 +174,7 @@ def _first_life_loss(env, rng, limit=3000):
 
 
 def test_episode_life_ends_episode_without_resetting_the_game():
-    env = atari.PyProcessAtari("breakout", seed=2, episode_life=True)
+    env = atari.PyProcessAtari("breakout", seed=2, episode_life=True, frame_stack=4)
     env.initial()
     lives = env.lives
     assert lives == 5
@@ -233,7 +242,7 @@ def test_every_atari57_rom_loads_and_steps():
         env = atari.PyProcessAtari(game=game, seed=1, noop_max=0)
         try:
             frame, instruction = env.initial()
-            assert frame.shape == (84, 84, 4) and frame.dtype == np.uint8, game
+            assert frame.shape == (84, 84, 1) and frame.dtype == np.uint8, game
             assert instruction == ""
             # The minimal action set, as atari.num_actions reads it for the
             # agent's head (from this already loaded ROM, not a second load).
@@ -241,7 +250,7 @@ def test_every_atari57_rom_loads_and_steps():
             assert 2 <= actions <= atari.NUM_FULL_ACTIONS, (game, actions)
             for action in (0, actions - 1):
                 reward, done, (frame, _) = env.step(action)
-                assert np.isfinite(reward) and frame.shape == (84, 84, 4), game
+                assert np.isfinite(reward) and frame.shape == (84, 84, 1), game
                 assert isinstance(bool(done), bool)
         finally:
             env.close()
@@ -251,7 +260,11 @@ def test_tensor_specs():
     import tensorflow as tf
 
     initial = atari.PyProcessAtari._tensor_specs("initial", {}, {"game": "pong"})
-    assert initial[0] == tf.TensorSpec([84, 84, 4], tf.uint8)
+    assert initial[0] == tf.TensorSpec([84, 84, 1], tf.uint8)
+    stacked = atari.PyProcessAtari._tensor_specs(
+        "initial", {}, {"game": "pong", "frame_stack": 4}
+    )
+    assert stacked[0] == tf.TensorSpec([84, 84, 4], tf.uint8)
     assert initial[1] == tf.TensorSpec([], tf.string)
     reward, done, observation = atari.PyProcessAtari._tensor_specs("step", {}, {})
     assert reward == tf.TensorSpec([], tf.float32)

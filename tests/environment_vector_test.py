@@ -80,7 +80,7 @@ def test_shared_processes_give_the_unrolls_of_one_process_per_environment():
                 agent, envs, "atari/pong", UNROLL, scripted_inference
             )
             all_processes[per_process] = processes
-        assert outputs[2].env_outputs.observation[0].shape == (4, UNROLL + 1, 84, 84, 4)
+        assert outputs[2].env_outputs.observation[0].shape == (4, UNROLL + 1, 84, 84, 1)
         with tf.compat.v1.train.SingularMonitoredSession(
             hooks=[py_process.PyProcessHook()]
         ) as session:

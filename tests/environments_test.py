@@ -93,7 +93,7 @@ def _check_episode_bookkeeping(sess, stepped, num_steps, num_actions, seed=0):
     output, state = stepped.initial(sess)
     assert output.done and output.reward == 0
     assert output.info.episode_return == 0 and output.info.episode_step == 0
-    assert output.observation[0].shape == (84, 84, 4)
+    assert output.observation[0].shape == (84, 84, 1)
     assert output.observation[0].dtype == np.uint8
     assert output.observation[1] == b""
     running_return, running_steps = 0.0, 0
@@ -136,7 +136,7 @@ def test_flow_environment_semantics_in_process():
 
 
 def test_flow_environment_orders_chained_steps():
-    env = atari.PyProcessAtari("space_invaders", seed=2)
+    env = atari.PyProcessAtari("space_invaders", seed=2, frame_stack=4)
     with tf.Graph().as_default():
         flow = environments.FlowEnvironment(_InProcessProxy(env))
         out0, state0 = flow.initial()
@@ -268,7 +268,7 @@ def test_create_environment_full_action_space_and_specs():
             "atari/pong", seed=1, full_action_space=True
         )
         frame, instruction = process.proxy.initial()
-        assert frame.shape.as_list() == [84, 84, 4] and frame.dtype == tf.uint8
+        assert frame.shape.as_list() == [84, 84, 1] and frame.dtype == tf.uint8
         assert instruction.dtype == tf.string
 
 

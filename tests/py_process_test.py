@@ -543,17 +543,17 @@ def test_real_atari_game_in_a_child(graph):
     bounded(process.start)
     with tf.compat.v1.Session() as session:
         frame, instruction = bounded(lambda: session.run(initial))
-        assert frame.shape == (84, 84, 4) and frame.dtype == "uint8"
+        assert frame.shape == (84, 84, 1) and frame.dtype == "uint8"
         assert instruction == b""
         reward, done, (frame, _) = bounded(lambda: session.run(step))
-        assert frame.shape == (84, 84, 4)
+        assert frame.shape == (84, 84, 1)
         os.kill(process.pid, signal.SIGKILL)
         with pytest.raises(
             tf.errors.OpError, match=r"PyProcess PyProcessAtari \(pid \d+\) died"
         ):
             bounded(lambda: session.run(step), timeout=10)
         bounded(process.restart)
-        assert bounded(lambda: session.run(initial))[0].shape == (84, 84, 4)
+        assert bounded(lambda: session.run(initial))[0].shape == (84, 84, 1)
 
 
 PARENT_SCRIPT = textwrap.dedent("""

@@ -172,7 +172,7 @@ def test_each_batch_replays_exactly_its_share_with_the_stored_unrolls(
     # least 0: its lag at update u is u - that.
     acted_at = [max(i // fresh - 2, 0) for i in range(len(unrolls))]
     for i, unroll in enumerate(unrolls):
-        unroll.agent_state.cell[...] = i  # its identity, wherever it goes
+        unroll.agent_state.core.cell[...] = i  # its identity, wherever it goes
         unrolls[i] = unroll._replace(policy_frames=np.int64(acted_at[i] * per_update))
     with tf.Graph().as_default():
         tf.compat.v1.set_random_seed(3)
@@ -210,7 +210,7 @@ def test_each_batch_replays_exactly_its_share_with_the_stored_unrolls(
                         learner_pipeline.stage_op,
                     )
                 )
-                identities = batch.agent_state.cell[:, 0].astype(int).tolist()
+                identities = batch.agent_state.core.cell[:, 0].astype(int).tolist()
                 # Fresh: the queue's next B - R, in order.
                 assert identities[:fresh] == list(range(u * fresh, (u + 1) * fresh))
                 seen.update(identities[:fresh])
@@ -224,7 +224,14 @@ def test_each_batch_replays_exactly_its_share_with_the_stored_unrolls(
                         unrolls[i].agent_outputs.policy_logits,
                     )
                     np.testing.assert_array_equal(
-                        batch.agent_state.hidden[column], unrolls[i].agent_state.hidden
+                        batch.agent_state.core.hidden[column],
+                        unrolls[i].agent_state.core.hidden,
+                    )
+                    # The frames before its first step, from which the
+                    # learner rebuilds its stacks.
+                    np.testing.assert_array_equal(
+                        batch.agent_state.frames[column],
+                        unrolls[i].agent_state.frames,
                     )
                     np.testing.assert_array_equal(
                         batch.env_outputs.observation[0][:, column],

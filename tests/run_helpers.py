@@ -123,6 +123,7 @@ def small_config(logdir: str = "/tmp/agent", **learner_overrides):
     """The SMALL settings as a config.Config, for tests that build the graph
     pieces in-process (no flags involved)."""
     import config
+    import environments
 
     num_actions = 6  # atari/pong's minimal action set
     return config.Config(
@@ -131,7 +132,10 @@ def small_config(logdir: str = "/tmp/agent", **learner_overrides):
             level_name="atari/pong", level_names=("atari/pong",), num_actions=6
         ),
         agent=config.AgentConfig(
-            torso="shallow", num_actions=num_actions, use_instruction=False
+            torso="shallow",
+            num_actions=num_actions,
+            use_instruction=False,
+            **environments.frame_stack_settings(["atari/pong"]),
         ),
         learner=config.LearnerConfig(
             **{

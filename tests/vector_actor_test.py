@@ -38,9 +38,11 @@ def test_unrolls_are_batch_major_and_continue_per_environment():
     with tf.Graph().as_default():
         tf.compat.v1.set_random_seed(2)
         _, agent, processes, output, _ = build()
-        assert output.env_outputs.observation[0].shape == (K, UNROLL + 1, 84, 84, 4)
+        assert output.env_outputs.observation[0].shape == (K, UNROLL + 1, 84, 84, 1)
         assert output.agent_outputs.action.shape == (K, UNROLL + 1)
-        assert output.agent_state.hidden.shape == (K, 256)
+        assert output.agent_state.core.hidden.shape == (K, 256)
+        # One frame a step; the 3 before the first step in the state.
+        assert output.agent_state.frames.shape == (K, 84, 84, 3)
         with tf.compat.v1.train.SingularMonitoredSession(
             hooks=[py_process.PyProcessHook()]
         ) as session:
@@ -89,4 +91,4 @@ def test_the_queue_gets_k_unrolls_per_run():
             assert session.run(size) == K
             unrolls = session.run(dequeued)
     assert unrolls.env_outputs.reward.shape == (K, UNROLL + 1)
-    assert unrolls.agent_state.cell.shape == (K, 256)
+    assert unrolls.agent_state.core.cell.shape == (K, 256)
