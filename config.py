@@ -168,6 +168,12 @@ class RunConfig:
     # stay empty while the others' are full before the chief says which
     # actor tasks it lacks (cluster/learner_task.py, StallWatch); 0 = never.
     stalled_learner_warning_secs: float = DEFAULTS["stalled_learner_warning_secs"]
+    # --finish_wait_secs: how long a cluster's finishing learner waits for a
+    # task it cannot reach to confirm the end (cluster/learner_task.py).
+    finish_wait_secs: float = DEFAULTS["finish_wait_secs"]
+    # --learner_lost_secs: how long a task that had the learner waits for it
+    # once it is lost, before exiting (cluster/actor_task.py, LearnerGoneError).
+    learner_lost_secs: float = DEFAULTS["learner_lost_secs"]
     # Settings the project chose for this run, each with why (a family's
     # throughput defaults, --torso_dtype=auto): the first log line says them.
     choices: tuple[str, ...] = ()
@@ -317,6 +323,18 @@ def validate_flags(
         "must be in (0, 1] (the paper's 3e-4 per learner step).",
     )
     require(f.save_checkpoint_secs > 0, "save_checkpoint_secs", "must be >= 1.")
+    require(
+        f.finish_wait_secs > 0,
+        "finish_wait_secs",
+        "must be > 0 (seconds the finishing learner waits for a task it cannot "
+        "reach; the default is 120).",
+    )
+    require(
+        f.learner_lost_secs > 0,
+        "learner_lost_secs",
+        "must be > 0 (seconds a task waits for a learner it lost before it "
+        "exits; the default is 900).",
+    )
     require(f.progress_secs > 0, "progress_secs", "must be >= 1.")
     for flag in family_flags:
         if flag.check is not None:
