@@ -447,12 +447,16 @@ class FamilyDefaults:
     flagfile: the file they come from.
     values: flag name -> value (--level_name left out: the run's own).
     num_levels: the levels of the run; PER_LEVEL_SETTINGS are multiplied by it.
+    derived: flag name -> where its value came from instead, for a value
+      that follows a flag the user gave rather than the file
+      (`fill_family_defaults`).
     """
 
     family: str
     flagfile: str
     values: dict[str, str]
     num_levels: int = 1
+    derived: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def describe(self) -> str:
         """The first log line's sentence for these defaults."""
@@ -512,7 +516,7 @@ def fill_family_defaults(f, defaults: FamilyDefaults) -> FamilyDefaults:
     """Parses each of `defaults.values` into the flag of `f` (absl's
     FlagValues) that was not given; returns `defaults` with the values it
     set, which is what the first line names."""
-    applied = {}
+    applied, derived = {}, {}
     for name, value in defaults.values.items():
         if f[name].present:
             continue
@@ -523,9 +527,13 @@ def fill_family_defaults(f, defaults: FamilyDefaults) -> FamilyDefaults:
         ):
             # A default that depends on a flag the user gave follows it: the
             # most environments a process that divides --envs_per_actor.
+            derived[name] = (
+                f"--envs_per_actor={f.envs_per_actor} (the most that divides it; "
+                f"{defaults.flagfile} has {value})"
+            )
             value = str(
                 max(d for d in range(1, int(value) + 1) if f.envs_per_actor % d == 0)
             )
         f[name].parse(value)
         applied[name] = value
-    return dataclasses.replace(defaults, values=applied)
+    return dataclasses.replace(defaults, values=applied, derived=derived)

@@ -178,6 +178,7 @@ def resolved_settings(
         family_defaults.flagfile if family_defaults else "",
         restored,
         tf_config,
+        family_defaults.derived if family_defaults else None,
     )
     settings["level_name"]["value"] = config.environment.level_name
     if cluster is not None and spec.from_tf_config(cluster.source):
