@@ -168,6 +168,12 @@ class RunConfig:
     # stay empty while the others' are full before the chief says which
     # actor tasks it lacks (cluster/learner_task.py, StallWatch); 0 = never.
     stalled_learner_warning_secs: float = DEFAULTS["stalled_learner_warning_secs"]
+    # --finish_wait_secs: how long a cluster's finishing learner waits for a
+    # task it cannot reach to confirm the end (cluster/learner_task.py).
+    finish_wait_secs: float = DEFAULTS["finish_wait_secs"]
+    # --learner_lost_secs: how long a task that had the learner waits for it
+    # once it is lost, before exiting (cluster/actor_task.py, LearnerGoneError).
+    learner_lost_secs: float = DEFAULTS["learner_lost_secs"]
     # Settings the project chose for this run, each with why (a family's
     # throughput defaults, --torso_dtype=auto): the first log line says them.
     choices: tuple[str, ...] = ()
@@ -317,6 +323,18 @@ def validate_flags(
         "must be in (0, 1] (the paper's 3e-4 per learner step).",
     )
     require(f.save_checkpoint_secs > 0, "save_checkpoint_secs", "must be >= 1.")
+    require(
+        f.finish_wait_secs > 0,
+        "finish_wait_secs",
+        "must be > 0 (seconds the finishing learner waits for a task it cannot "
+        "reach; the default is 120).",
+    )
+    require(
+        f.learner_lost_secs > 0,
+        "learner_lost_secs",
+        "must be > 0 (seconds a task waits for a learner it lost before it "
+        "exits; the default is 900).",
+    )
     require(f.progress_secs > 0, "progress_secs", "must be >= 1.")
     for flag in family_flags:
         if flag.check is not None:
@@ -429,12 +447,16 @@ class FamilyDefaults:
     flagfile: the file they come from.
     values: flag name -> value (--level_name left out: the run's own).
     num_levels: the levels of the run; PER_LEVEL_SETTINGS are multiplied by it.
+    derived: flag name -> where its value came from instead, for a value
+      that follows a flag the user gave rather than the file
+      (`fill_family_defaults`).
     """
 
     family: str
     flagfile: str
     values: dict[str, str]
     num_levels: int = 1
+    derived: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def describe(self) -> str:
         """The first log line's sentence for these defaults."""
@@ -494,7 +516,7 @@ def fill_family_defaults(f, defaults: FamilyDefaults) -> FamilyDefaults:
     """Parses each of `defaults.values` into the flag of `f` (absl's
     FlagValues) that was not given; returns `defaults` with the values it
     set, which is what the first line names."""
-    applied = {}
+    applied, derived = {}, {}
     for name, value in defaults.values.items():
         if f[name].present:
             continue
@@ -505,9 +527,13 @@ def fill_family_defaults(f, defaults: FamilyDefaults) -> FamilyDefaults:
         ):
             # A default that depends on a flag the user gave follows it: the
             # most environments a process that divides --envs_per_actor.
+            derived[name] = (
+                f"--envs_per_actor={f.envs_per_actor} (the most that divides it; "
+                f"{defaults.flagfile} has {value})"
+            )
             value = str(
                 max(d for d in range(1, int(value) + 1) if f.envs_per_actor % d == 0)
             )
         f[name].parse(value)
         applied[name] = value
-    return dataclasses.replace(defaults, values=applied)
+    return dataclasses.replace(defaults, values=applied, derived=derived)

@@ -178,6 +178,7 @@ def resolved_settings(
         family_defaults.flagfile if family_defaults else "",
         restored,
         tf_config,
+        family_defaults.derived if family_defaults else None,
     )
     settings["level_name"]["value"] = config.environment.level_name
     if cluster is not None and spec.from_tf_config(cluster.source):
@@ -203,6 +204,7 @@ def config_from_flags(
         level_name, level_names, warning = environments.resolve_levels(
             f.level_name, not f["level_name"].present, is_test=f.mode == "test"
         )
+        stack = environments.frame_stack_settings(level_names, f.frame_stack)
     except ValueError as e:
         raise FlagError(str(e)) from None
     if warning:  # the default level's fallback
@@ -231,10 +233,6 @@ def config_from_flags(
         ):
             logging.warning(warning)
     options = family.options({flag.name: f[flag.name].value for flag in family.flags})
-    try:
-        stack = environments.frame_stack_settings(level_names, f.frame_stack)
-    except ValueError as e:
-        raise FlagError(str(e)) from None
     return Config(
         run=from_flags(f, RunConfig, choices=tuple(choices)),
         environment=EnvironmentConfig(

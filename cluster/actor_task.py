@@ -6,7 +6,9 @@ the start of every unroll, then enqueued into the learner's queue. Its
 environments are supervised as the single-machine actors' are
 (actor/supervisor.py). A learner that goes away (killed, restarted,
 unreachable) is waited for: the task reconnects and carries on once a
-learner is back; the end of training is state.py's protocol.
+learner is back, for up to --learner_lost_secs once it has had one (then it
+stops its environments and exits with code 3, LearnerGoneError); the end of
+training is state.py's protocol.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from cluster.state import (
 )
 from config import Config
 from learner import pipeline
-from runtime.errors import FlagError, first_line
+from runtime.errors import FlagError, LearnerGoneError, first_line
 from runtime.shutdown import ShutdownRequest
 
 # An enqueue waits this long before the actor checks that the learner is
@@ -261,6 +263,10 @@ def run(
             py_process.close_all(processes)
             logging.info("Actor %d: stopped by a signal.", task)
             return
+        # When the learner was lost, once it had been reached: past
+        # --learner_lost_secs the task exits (LearnerGoneError) instead of
+        # waiting for a run that ended without it.
+        lost_since: float | None = None
         try:
             while not shutdown.requested:
                 session = _connect(
@@ -269,9 +275,12 @@ def run(
                     shutdown,
                     lambda: _why_not_ready(creator),
                     interval_secs=config.run.progress_secs,
+                    lost_since=lost_since,
+                    lost_bound_secs=config.run.learner_lost_secs,
                 )
                 if session is None:
                     break
+                lost_since = None
                 finished = False
                 try:
                     _act(
@@ -290,12 +299,15 @@ def run(
                     )
                     return
                 except LearnerLostError as e:
+                    lost_since = time.monotonic()
                     logging.warning(
                         "Actor %d: lost the learner at %s (%s); reconnecting, "
-                        "and waiting for it if it is down.",
+                        "and waiting for it if it is down (at most "
+                        "--learner_lost_secs=%g s).",
                         task,
                         learner_host,
                         e,
+                        config.run.learner_lost_secs,
                     )
                 finally:
                     # Closing a session whose learner is gone (or going) can
@@ -320,12 +332,18 @@ def _connect(
     shutdown: ShutdownRequest,
     why_not_ready=None,
     interval_secs: float = 10,
+    lost_since: float | None = None,
+    lost_bound_secs: float | None = None,
 ):
     """A session with the learner, waiting for it; None on SIGINT/SIGTERM.
 
     why_not_ready: optional () -> str, called for the periodic 'waiting' line
     (every `interval_secs`, --progress_secs) to say why the learner is not
     ready yet.
+    lost_since: when a learner this task had was lost (time.monotonic());
+    None for one it never had, which it waits for as long as it takes.
+    Otherwise LearnerGoneError once `lost_bound_secs` (--learner_lost_secs)
+    have passed since then without a session.
     """
     logging.info(
         "Actor %d: connecting to the learner at %s.", config.task, config.learner_host
@@ -333,6 +351,15 @@ def _connect(
     start = time.monotonic()
     next_log = start + interval_secs
     while not shutdown.requested:
+        if lost_since is not None and lost_bound_secs is not None:
+            waited = time.monotonic() - lost_since
+            if waited > lost_bound_secs:
+                raise LearnerGoneError(
+                    f"actor task {config.task}: no learner at "
+                    f"{config.learner_host} for {waited:.0f} s after it was last "
+                    f"reached (--learner_lost_secs={lost_bound_secs:g}); its "
+                    "environment processes stopped, exiting."
+                )
         try:
             session = creator.create_session()
         except TimeoutError as e:

@@ -37,12 +37,16 @@ from cluster.state import (
 from config import Config
 from learner import loop, pipeline, progress
 from runtime import sessions
-from runtime.errors import FlagError, first_line
+from runtime.errors import FlagError, LearnerGoneError, first_line
+from runtime.settings import DEFAULTS
 from runtime.shutdown import ShutdownRequest
 
 # At the end of training, how long the chief waits for the live actor tasks
 # (and the other learner tasks) to see the end before it exits anyway.
 TASK_FINISH_WAIT_SECS = 30
+# Bound on a learner task's calls to the chief: an unreachable chief (a
+# partition) fails the call instead of holding it.
+CHIEF_CALL_TIMEOUT_MS = 10000
 
 LearnerTaskOps = collections.namedtuple(
     "LearnerTaskOps",
@@ -139,30 +143,65 @@ def serve(
             chief_runs = chief_learner_tasks(state)
             chiefs_settings = state.run_settings.read_value()
         done = False
+        # Once it has had the chief, a task that loses it for longer than
+        # --learner_lost_secs exits (LearnerGoneError) rather than serve a
+        # run that ended without it; before, it waits for the chief.
+        connected, lost_since = False, 0.0
+        bounded = tf.compat.v1.RunOptions(timeout_in_ms=CHIEF_CALL_TIMEOUT_MS)
         while not done and not shutdown.requested:
+            if connected and not ports.reachable(cluster_config.learner_host):
+                # A session's creation would wait for the chief without a
+                # bound (TensorFlow's master waits for every task it names).
+                lost_since = lost_since or time.monotonic()
+                _check_lost(lost_since, config.run.learner_lost_secs, cluster_config)
+                shutdown.wait(1.0)
+                continue
+            session = tf.compat.v1.Session(server.target, config=proto)
             try:
-                with tf.compat.v1.Session(server.target, config=proto) as session:
-                    # Once per connection: a restarted chief may run another
-                    # number of learner tasks.
-                    problem = learner_tasks_problem(
-                        int(session.run(chief_runs)), cluster_config
+                # Once per connection: a restarted chief may run another
+                # number of learner tasks.
+                problem = learner_tasks_problem(
+                    int(session.run(chief_runs, options=bounded)), cluster_config
+                )
+                if problem:
+                    raise FlagError(problem)
+                if problems := settings_problems(
+                    mine,
+                    session.run(chiefs_settings, options=bounded),
+                    cluster_config.learner_host,
+                ):
+                    raise FlagError("\n".join(problems))
+                if not connected:
+                    logging.info(
+                        "Learner task %d: serving the chief at %s (at most "
+                        "--learner_lost_secs=%g s without it once lost).",
+                        task,
+                        cluster_config.learner_host,
+                        config.run.learner_lost_secs,
                     )
-                    if problem:
-                        raise FlagError(problem)
-                    if problems := settings_problems(
-                        mine, session.run(chiefs_settings), cluster_config.learner_host
-                    ):
-                        raise FlagError("\n".join(problems))
-                    while not session.run(training_done):
-                        if shutdown.wait(1.0):
-                            break
-                    else:
-                        session.run(confirm_finished)
-                        done = True
-            except (tf.errors.FailedPreconditionError, tf.errors.UnavailableError):
-                pass  # The chief is not up yet, or restarting.
+                connected, lost_since = True, 0.0
+                while not session.run(training_done, options=bounded):
+                    if shutdown.wait(1.0):
+                        break
+                else:
+                    session.run(confirm_finished, options=bounded)
+                    done = True
+            except (
+                tf.errors.FailedPreconditionError,
+                tf.errors.UnavailableError,
+                tf.errors.DeadlineExceededError,
+            ):
+                # The chief is not up yet, restarting, or out of reach.
+                if connected:
+                    lost_since = lost_since or time.monotonic()
             except tf.errors.OpError as e:
                 logging.debug("Learner task %d: %s", task, first_line(e))
+            finally:
+                # Closing a session whose chief is gone can take TensorFlow
+                # 30 s of retries: done aside, so that the bound is kept.
+                threading.Thread(target=session.close, daemon=True).start()
+            if lost_since:
+                _check_lost(lost_since, config.run.learner_lost_secs, cluster_config)
             if not done:
                 shutdown.wait(1.0)
         if not done:
@@ -176,6 +215,20 @@ def serve(
         if shutdown.wait(0.5):
             break
     logging.info("Learner task %d: the chief has exited; exiting.", task)
+
+
+def _check_lost(
+    lost_since: float, bound_secs: float, cluster_config: spec.ClusterConfig
+) -> None:
+    """LearnerGoneError once a learner task other than the chief has been
+    without the chief for longer than --learner_lost_secs."""
+    waited = time.monotonic() - lost_since
+    if waited > bound_secs:
+        raise LearnerGoneError(
+            f"learner task {cluster_config.task}: no chief learner at "
+            f"{cluster_config.learner_host} for {waited:.0f} s after it was "
+            f"last reached (--learner_lost_secs={bound_secs:g}); exiting."
+        )
 
 
 def wait_for_learner_tasks(
@@ -288,6 +341,7 @@ def run(
                     ops.finished_actors,
                     dict(enumerate(cluster_config.actor_hosts)),
                     "actor",
+                    unreachable_secs=config.run.finish_wait_secs,
                 )
                 # Learner task 0 (the chief) never confirms: not waited for.
                 wait_for_tasks_to_finish(
@@ -295,6 +349,7 @@ def run(
                     ops.finished_learners,
                     dict(enumerate(cluster_config.learner_hosts[1:], start=1)),
                     "learner",
+                    unreachable_secs=config.run.finish_wait_secs,
                 )
     if not result.finished:
         if shutdown.requested:
@@ -478,40 +533,64 @@ def wait_for_tasks_to_finish(
     tasks: dict[int, str],
     kind: str,
     timeout_secs: float = TASK_FINISH_WAIT_SECS,
+    unreachable_secs: float = DEFAULTS["finish_wait_secs"],
 ) -> list[int]:
     """Waits until every task of `tasks` (index -> HOST:PORT: the actor
     tasks, or the learner tasks other than the chief) has set its entry of
-    `confirmed` or is gone; returns those that did not.
+    `confirmed` or is gone; returns those that did neither.
 
-    A task is gone when nothing listens on its address any more (killed,
-    crashed). One that is still running gets `timeout_secs` to finish (an
-    actor its unroll), find the end and confirm; without this wait an actor
-    could find no learner instead and wait for one forever, and a learner
-    task serving a tower would too.
+    A task is gone when its host refuses the connection (nothing listens:
+    killed, crashed, exited). One that still listens gets `timeout_secs` to
+    finish (an actor its unroll), find the end and confirm. One that cannot
+    be reached (no answer, no route: a partition, a host restarting its
+    network) is not taken for gone: it gets `unreachable_secs`
+    (--finish_wait_secs) to come back, and then `timeout_secs` more to
+    confirm, while this learner keeps serving the end of training. Without
+    the wait an actor would find no learner instead and wait for one until
+    its --learner_lost_secs, and a learner task serving a tower would too.
     """
-    deadline = time.monotonic() + timeout_secs
+    start = time.monotonic()
+    deadlines = {i: start + timeout_secs for i in tasks}
+    unreachable_since: dict[int, float] = {}
     while True:
         done = session.run(confirmed)
-        waiting = [
-            i for i, host in tasks.items() if not done[i] and ports.reachable(host)
-        ]
-        if not waiting:
-            if tasks:
-                logging.info(
-                    "%d of %d %s task(s) confirmed the end of training; the "
-                    "others are not running.",
-                    sum(int(done[i] != 0) for i in tasks),
-                    len(tasks),
-                    kind,
-                )
-            return []
-        if time.monotonic() >= deadline:
-            logging.warning(
-                "%s task(s) %s still running but did not confirm the end of "
-                "training within %d s; exiting anyway.",
-                kind.capitalize(),
-                ", ".join(map(str, waiting)),
-                timeout_secs,
-            )
-            return waiting
+        now = time.monotonic()
+        statuses = {i: ports.task_status(h) for i, h in tasks.items() if not done[i]}
+        for i, status in statuses.items():
+            if status == ports.UNREACHABLE:
+                unreachable_since.setdefault(i, now)
+                deadlines[i] = max(deadlines[i], start + unreachable_secs)
+            elif status == ports.LISTENING and i in unreachable_since:
+                # Back: the usual time to find the end from now.
+                deadlines[i] = max(deadlines[i], now + timeout_secs)
+                unreachable_since.pop(i)
+        pending = [i for i, status in statuses.items() if status != ports.GONE]
+        if not pending or all(now >= deadlines[i] for i in pending):
+            break
         time.sleep(0.5)
+    if tasks:
+        confirmed_count = sum(int(done[i] != 0) for i in tasks)
+        gone = [i for i, status in statuses.items() if status == ports.GONE]
+        line = (
+            f"{confirmed_count} of {len(tasks)} {kind} task(s) confirmed the end "
+            "of training"
+        )
+        if gone:
+            line += f"; not running: {', '.join(map(str, gone))}"
+        if pending:
+            reasons = [
+                f"{i} (unreachable for {now - unreachable_since[i]:.0f} s; "
+                f"--finish_wait_secs={unreachable_secs:g})"
+                if i in unreachable_since
+                else f"{i} (still running after {now - start:.0f} s)"
+                for i in pending
+            ]
+            logging.warning(
+                "%s; never confirmed: %s. Exiting anyway: each exits on its own "
+                "once it finds no learner for --learner_lost_secs.",
+                line,
+                ", ".join(reasons),
+            )
+        else:
+            logging.info("%s.", line)
+    return pending

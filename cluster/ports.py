@@ -63,6 +63,31 @@ def reachable(host_port: str, timeout_secs: float = 1.0) -> bool:
     return connection_error(host_port, timeout_secs) is None
 
 
+# What a connection to a task's address says of the task (`task_status`).
+LISTENING = "listening"
+# The host answered and nothing listens: the task has exited (or crashed).
+GONE = "gone"
+# No answer (a timeout), no route, or a name that does not resolve: the
+# task may be running behind a partition, or on a host that restarts its
+# network; it can come back.
+UNREACHABLE = "unreachable"
+
+
+def task_status(host_port: str, timeout_secs: float = 1.0) -> str:
+    """LISTENING, GONE or UNREACHABLE for the task at HOST:PORT.
+
+    Only a refused connection is GONE: the host's own network stack
+    answered that no process listens on the port. Every other failure
+    leaves the task's fate unknown.
+    """
+    error = connection_error(host_port, timeout_secs)
+    if error is None:
+        return LISTENING
+    if isinstance(error, ConnectionRefusedError):
+        return GONE
+    return UNREACHABLE
+
+
 def wait_for_port(
     host_port: str,
     timeout_secs: float | None = None,

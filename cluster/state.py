@@ -96,7 +96,7 @@ def chief_learner_tasks(state: ClusterState) -> tf.Tensor:
 
 def agreeing_settings(config, observation_specs) -> str:
     """What every task of one cluster must have as the chief has it, as JSON
-    ({flag: value}): the agent, the levels in their order, the action
+    ({flag: value}): the agent and its frame stack, the levels in their order, the action
     repeats, the unroll length, PopArt's value head, the off-policy
     correction and its thresholds, the replay settings (each learner task
     holds a buffer; the same proportion in every tower's batch) and the
@@ -105,6 +105,7 @@ def agreeing_settings(config, observation_specs) -> str:
         {
             "agent": config.agent.torso,
             "use_lstm": config.agent.use_lstm,
+            "frame_stack": config.agent.frame_stack,
             "level_name": config.environment.level_name,
             "levels": list(config.environment.level_names),
             "num_actions": config.agent.num_actions,

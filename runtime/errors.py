@@ -2,7 +2,8 @@
 
 experiment.py turns each into one line on stderr and an exit code: a
 `FlagError` exits 2 (fix the command line), a `TrainingError` exits 1 (the
-run cannot go on; the message says what was kept). Modules raise them
+run cannot go on; the message says what was kept; a cluster task whose
+learner is gone for good, `LearnerGoneError`, exits 3). Modules raise them
 without knowing about flags' parsing; the messages name the flag to change.
 `first_line` picks, for such messages, the line of a TensorFlow error that
 says what failed.
@@ -33,6 +34,14 @@ class EnvironmentFailedError(TrainingError):
 
 class NonFiniteUpdateError(TrainingError):
     """A learner step had a NaN/Inf loss or gradient; it was not applied."""
+
+
+class LearnerGoneError(TrainingError):
+    """A cluster task that had a session with the learner could not reach it
+    for longer than --learner_lost_secs: the run is over or its learner is
+    gone for good, and the task exits rather than wait forever."""
+
+    exit_code = 3
 
 
 class CheckpointError(TrainingError):

@@ -231,9 +231,12 @@ def resolve_settings(
     family_flagfile: str,
     restored: Mapping[str, Any],
     tf_config_names: Iterable[str] = (),
+    derived: Mapping[str, str] | None = None,
 ) -> dict[str, dict]:
     """{name: {"value", "source"}} of every setting of `names`, as parsed
-    now, with where each came from."""
+    now, with where each came from. `derived`: name -> the setting a family
+    default's value followed instead of the file (its source)."""
+    derived = derived or {}
     argv = list(argv)
     given = command_line_names(argv[1:])
     from_files = flagfile_values(argv[1:])
@@ -243,6 +246,8 @@ def resolve_settings(
         flag = flag_values[name]
         if name in restored:
             source = RECORD
+        elif name in derived:
+            source = derived[name]
         elif name in family_values:
             source = f"family defaults ({family_flagfile})"
         elif name in given:

@@ -127,6 +127,26 @@ SETTINGS: tuple[Setting, ...] = (
         "learner",
     ),
     Setting(
+        "finish_wait_secs",
+        120,
+        "A cluster's learner at the end of training: seconds it waits for an "
+        "actor or learner task it cannot reach (no answer, no route: a "
+        "partition, a host restarting its network) to come back and confirm "
+        "the end; a task whose host refuses the connection is gone and not "
+        "waited for.",
+        "run",
+    ),
+    Setting(
+        "learner_lost_secs",
+        900,
+        "A cluster's actor task, or learner task other than the chief, that "
+        "has had a session with the learner: seconds it waits for the "
+        "learner once it cannot reach it before it stops its environments "
+        "and exits with code 3 (long enough for a learner restarted from "
+        "its checkpoint). A task that never reached a learner waits for one.",
+        "run",
+    ),
+    Setting(
         "stalled_learner_warning_secs",
         60,
         "A cluster of learner tasks: seconds one may wait for unrolls while "

@@ -1138,7 +1138,11 @@ def test_a_task_whose_settings_differ_from_the_chiefs_gets_a_line_each():
     ]
     # What no flag of its own sets is named by what it comes from.
     other = json.loads(chief)
-    other["observations"] = [[84, 84, 1], []]
+    other["observations"] = [[84, 84, 4], []]  # stacked in the environment
     (line,) = settings_problems(chief, json.dumps(other), "h:1")
     assert line.startswith("the observation shapes (the family's flags) [[")
-    assert "runs [[84, 84, 1], []]" in line
+    assert "runs [[84, 84, 4], []]" in line
+    # A task that stacks other frames than the chief's is refused.
+    mine = settings(agent={"frame_stack": 2})
+    (line,) = settings_problems(mine, chief.encode(), "h:1")
+    assert line.startswith("--frame_stack=2: the chief at h:1 runs 4;"), line

@@ -53,6 +53,8 @@ from runtime.errors import FlagError
 from trajectory import ActorOutput
 
 FLAGS = experiment.FLAGS
+# Pong's frames, stacked by the agent as in training.
+PONG_STACK = environments.frame_stack_settings(["atari/pong"])
 UNROLL = 20  # SMALL's --unroll_length
 
 COUNTED_ATARI_SCRIPT = os.path.join(REPO_ROOT, "tests", "run_with_counted_atari.py")
@@ -534,7 +536,7 @@ def collect_real_batch(num_unrolls: int = 2, max_tries: int = 40):
     level, environment = "atari/pong", small_config().environment
     with tf.Graph().as_default():
         tf.compat.v1.set_random_seed(1)
-        agent = agent_lib.Agent(6, torso="shallow")
+        agent = agent_lib.Agent(6, torso="shallow", **PONG_STACK)
         outputs = []
         for i in range(num_unrolls):
             _, env = create_flow_environment(level, i + 1, environment)
@@ -718,7 +720,7 @@ def test_learner_updates_lower_the_loss_on_a_fixed_batch(optimizer):
     config = dataclasses.replace(small_config().learner, optimizer=optimizer)
     with tf.Graph().as_default():
         tf.compat.v1.set_random_seed(2)
-        agent = agent_lib.Agent(6, torso="shallow")
+        agent = agent_lib.Agent(6, torso="shallow", **PONG_STACK)
         batch = trajectory.stack_unrolls(
             [tf.nest.map_structure(tf.constant, u) for u in unrolls]
         )
@@ -770,7 +772,7 @@ def test_learning_rate_decays_linearly_over_its_horizon(decay_frames, expected):
         config.environment, config.agent, config.learner.unroll_length
     )
     with tf.Graph().as_default():
-        agent = agent_lib.Agent(6, torso="shallow")
+        agent = agent_lib.Agent(6, torso="shallow", **PONG_STACK)
         # Zeros of the real shapes: only the schedule is read here.
         batch = trajectory.stack_unrolls(
             [tf.nest.map_structure(lambda s: tf.zeros(s.shape, s.dtype), specs)] * 2

@@ -242,6 +242,25 @@ def test_a_default_that_depends_on_a_given_flag_follows_it(given, envs_per_proce
     assert config.run.envs_per_process == envs_per_process
 
 
+def test_the_record_names_the_given_flag_a_derived_default_followed():
+    """The value that followed --envs_per_actor is said to come from it, not
+    from the family's file, whose value differs."""
+    from run_helpers import resolved_settings
+
+    settings = resolved_settings("--level_name=atari/pong", "--envs_per_actor=1")
+    assert settings["envs_per_process"] == {
+        "value": 1,
+        "source": "--envs_per_actor=1 (the most that divides it; "
+        "flagfiles/pong_shallow_unroll80.cfg has 32)",
+    }
+    # A value taken from the file as it is still names the file.
+    settings = resolved_settings("--level_name=atari/pong", "--envs_per_actor=64")
+    assert settings["envs_per_process"] == {
+        "value": 32,
+        "source": "family defaults (flagfiles/pong_shallow_unroll80.cfg)",
+    }
+
+
 def test_two_given_flags_that_contradict_each_other_are_one_error(tmp_path):
     f = experiment.parse_flags(
         [

@@ -24,7 +24,7 @@ import time
 
 import pytest
 import virtual_network
-from run_helpers import REPO_ROOT, SCRIPT
+from run_helpers import REPO_ROOT, SCRIPT, child_pids
 
 pytestmark = [
     pytest.mark.slow,
@@ -111,7 +111,13 @@ class Cluster:
         """Starts the learner and every actor on a far target, checkpointing
         every 2 s, and waits until all send unrolls and the learner trains.
         Returns the extra flags, to restart a task with."""
-        far = ["--total_environment_frames=100000000", "--save_checkpoint_secs=2"]
+        far = [
+            "--total_environment_frames=100000000",
+            "--save_checkpoint_secs=2",
+            # A learner restarted within this is found again (the faults
+            # test's step 3); a partition no test here makes lasts longer.
+            "--learner_lost_secs=300",
+        ]
         self.start("learner", "learner", 0, *far)
         for task in range(self.num_actors):
             self.start(f"actor{task}", "actor", task, *far)
@@ -415,3 +421,111 @@ def test_an_actor_without_a_learner_waits_and_stops_on_sigterm(network, tmp_path
     code = cluster.exit_code("actor0", timeout=20)
     report("actor without a learner: SIGTERM -> exit", time.monotonic() - sent_at)
     assert code == 128 + signal.SIGTERM, cluster.tail("actor0")
+
+
+# -- the end of training across a partition ------------------------------------------
+
+
+def _end_of_training_with_actor_1_cut_off(
+    cluster, network, learner_flags: list[str], actor_flags: list[str]
+) -> None:
+    """Trains on hosts 0 (learner) to 2 (actors 0 and 1), cuts actor 1's
+    host off once the learner has saved past 800 frames, and returns once
+    the learner has reached its target (2,400 frames more, from actor 0's
+    unrolls alone) with actor 1 still cut off."""
+    common = ["--save_checkpoint_secs=2"]
+    cluster.start("learner", "learner", 0, *common, *learner_flags)
+    for task in range(2):
+        cluster.start(f"actor{task}", "actor", task, *common, *actor_flags)
+    for task in range(2):
+        cluster.wait_for(f"actor{task}", r"first unroll sent", START_TIMEOUT_S)
+    cluster.wait_for_frames_past(800, START_TIMEOUT_S)
+    network.set_link(2, up=False)  # host 2 is actor 1's
+    cut_at = time.monotonic()
+    cluster.wait_for("learner", r"Reached \d+ environment frames", START_TIMEOUT_S)
+    report("actor host cut -> learner at its target", time.monotonic() - cut_at)
+
+
+def test_a_partition_across_the_end_of_training_heals_and_every_task_exits_0(
+    network, tmp_path
+):
+    """The learner reaches its target while actor 1's host is cut off; the
+    link comes back within --finish_wait_secs (its default, 120 s): the
+    learner has kept serving the end of training, actor 1 finds it and
+    confirms, and every task exits 0 by itself."""
+    cluster = Cluster(network, str(tmp_path), num_actors=2)
+    target = "--total_environment_frames=3200"
+    _end_of_training_with_actor_1_cut_off(cluster, network, [target], [target])
+    # The learner waits for the host it cannot reach (it is not gone).
+    time.sleep(3)
+    assert cluster.processes["learner"].poll() is None, cluster.tail("learner")
+    network.set_link(2, up=True)
+    up_at = time.monotonic()
+    for name in ("actor1", "actor0", "learner"):
+        code = cluster.exit_code(name, timeout=150)
+        assert code == 0, f"{name} exited {code}:\n{cluster.tail(name)}"
+    report("actor host back -> every task exited", time.monotonic() - up_at)
+    learner = cluster.read("learner")
+    assert "2 of 2 actor task(s) confirmed the end of training." in learner, learner[
+        -3000:
+    ]
+    assert "learner finished training" in cluster.read("actor1")
+
+
+def test_a_partition_longer_than_the_bounds_ends_every_task_with_its_line(
+    network, tmp_path
+):
+    """Actor 1's host stays cut off past the learner's --finish_wait_secs:
+    the learner exits 0 naming the task that never confirmed; the actor,
+    without a learner for --learner_lost_secs, stops its environment
+    processes and exits with code 3 and one line; no process is left."""
+    cluster = Cluster(network, str(tmp_path), num_actors=2)
+    target = "--total_environment_frames=3200"
+    _end_of_training_with_actor_1_cut_off(
+        cluster,
+        network,
+        [target, "--finish_wait_secs=5"],
+        [target, "--learner_lost_secs=20"],
+    )
+    actor1 = cluster.processes["actor1"]
+    environments = child_pids(actor1.pid)
+    assert environments, cluster.tail("actor1")
+    for name in ("learner", "actor0"):
+        code = cluster.exit_code(name, timeout=90)
+        assert code == 0, f"{name} exited {code}:\n{cluster.tail(name)}"
+    learner = cluster.read("learner")
+    assert re.search(
+        r"1 of 2 actor task\(s\) confirmed the end of training; never confirmed: "
+        r"1 \(unreachable for \d+ s; --finish_wait_secs=5\)",
+        learner,
+    ), learner[-3000:]
+    # Back on the network after the learner has gone: nothing listens there
+    # now, and the actor exits once its bound is over.
+    network.set_link(2, up=True)
+    code = cluster.exit_code("actor1", timeout=120)
+    assert code == 3, cluster.tail("actor1")
+    errors = [
+        line
+        for line in cluster.read("actor1").splitlines()
+        if line.startswith("experiment.py: error:")
+    ]
+    assert len(errors) == 1, cluster.tail("actor1")
+    assert re.fullmatch(
+        rf"experiment\.py: error: actor task 1: no learner at "
+        rf"{re.escape(cluster.learner_host)} for \d+ s after it was last reached "
+        r"\(--learner_lost_secs=20\); its environment processes stopped, exiting\.",
+        errors[0],
+    ), errors[0]
+    deadline = time.monotonic() + 10
+    while [p for p in environments if _alive(p)] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [p for p in environments if _alive(p)]
+
+
+def _alive(pid: int) -> bool:
+    """A process that exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
