@@ -604,6 +604,12 @@ def in_study_order(records: list[dict], arms: list[Arm]) -> list[dict]:
     )
 
 
+def _has_matplotlib() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("matplotlib") is not None
+
+
 def draw_figure(records: list[dict], path: str, title: str) -> None:
     """Each record's curve (mean of the last 100 training episodes against
     frames) in a panel of its own. Needs matplotlib (benchmarks/
@@ -959,7 +965,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     if not args.no_figure:
         figure = args.figure or os.path.join(args.results, "curves.png")
-        draw_figure(every, figure, args.study or "study")
+        if args.study == "off_policy" and _has_matplotlib():
+            import off_policy_figure  # the corrections overlaid, a panel a task
+
+            off_policy_figure.draw(every, figure)
+        else:
+            draw_figure(every, figure, args.study or "study")
     print(f"Records in {args.results}.")
     return 0 if all(r.get("complete") for r in records) else 1
 

@@ -565,3 +565,43 @@ def test_the_tuning_table_gives_each_configuration_its_atari3_val_estimate():
         "atari3_val estimate of the 57-game median: 18.5 % (stated error 17.1 %)"
     )
     assert atari_suites.suite_estimate_line("atari3_val", records[3:]) is None
+
+
+def test_the_off_policy_figure_overlays_the_four_corrections_per_task_and_replay(
+    tmp_path,
+):
+    """From the committed records: an axes per task and replay setting (2 x 2),
+    the four corrections' curves on each, one y-scale per task, each
+    legend entry with its policy lag."""
+    import off_policy_figure
+
+    results = os.path.join(REPO_ROOT, "benchmarks", "results", "off_policy")
+    records = [
+        study.load_record(os.path.join(results, name))
+        for name in sorted(os.listdir(results))
+        if name.endswith(".json")
+    ]
+    figure = off_policy_figure.draw(records, str(tmp_path / "curves.png"))
+    assert (tmp_path / "curves.png").stat().st_size > 0
+    axes = figure.get_axes()
+    assert [ax.get_title() for ax in axes] == [
+        "defend_the_center, no replay",
+        "defend_the_center, replay 0.5",
+        "breakout, no replay",
+        "breakout, replay 0.5",
+    ]
+    for ax in axes:
+        labels = [line.get_label() for line in ax.get_lines()]
+        assert len(labels) == 4, labels
+        assert [label.split(" (")[0] for label in labels] == [
+            "V-trace",
+            "no correction",
+            "epsilon-correction",
+            "1-step IS",
+        ]
+        assert all("lag" in label for label in labels)
+        assert ax.get_xlabel() == "environment frames (M)"
+    # One y-scale per task: both replay settings share it.
+    assert axes[0].get_ylim() == axes[1].get_ylim()
+    assert axes[2].get_ylim() == axes[3].get_ylim()
+    assert axes[0].get_ylim() != axes[2].get_ylim()
