@@ -200,9 +200,12 @@ def results_table(results: dict) -> str:
     ]
     lines.insert(1, "  ".join("-" * width for width in widths))
     for name, value in results.get("human_normalized", {}).items():
-        lines.append(
-            f"{results['level_name']} human-normalised {name}: {_one_decimal(value)} %"
+        what = (
+            "estimate of the 57-game median"  # families/atari57.py
+            if name == "median57_estimate"
+            else f"human-normalised {name}"
         )
+        lines.append(f"{results['level_name']} {what}: {_one_decimal(value)} %")
     return "\n".join(lines)
 
 

@@ -605,3 +605,22 @@ def test_the_off_policy_figure_overlays_the_four_corrections_per_task_and_replay
     assert axes[0].get_ylim() == axes[1].get_ylim()
     assert axes[2].get_ylim() == axes[3].get_ylim()
     assert axes[0].get_ylim() != axes[2].get_ylim()
+
+
+def test_test_modes_table_gives_a_suites_estimate_of_the_57_game_median():
+    from evaluation import test_mode
+
+    human = {f"atari/{g}": [atari57.HUMAN_SCORES[g]] for g in atari57.SUBSETS["atari5"]}
+    results = {
+        "level_name": "atari5",
+        "levels": {
+            level: {"mean_return": r[0], "returns": r} for level, r in human.items()
+        },
+        "human_normalized": environments.suite_scores("atari5", human),
+    }
+    lines = test_mode.results_table(results).splitlines()
+    assert lines[-3:] == [
+        "atari5 human-normalised median: 100.0 %",
+        "atari5 human-normalised mean: 100.0 %",
+        "atari5 estimate of the 57-game median: 85.1 %",
+    ]
