@@ -119,6 +119,20 @@ def one_error_line(stderr: str) -> str:
     return ours[0]
 
 
+def learner_gone_line(task: str, learner_host: str, bound_secs: int) -> str:
+    """The regex of the one line a cluster task prints when it exits 3, its
+    learner gone for --learner_lost_secs (`task`: 'actor task 1')."""
+    import re
+
+    actor = "actor" in task
+    ending = "; its environment processes stopped, exiting" if actor else "; exiting"
+    return (
+        rf"experiment\.py: error: {task}: no {'learner' if actor else 'chief learner'} "
+        rf"at {re.escape(learner_host)} for \d+ s after it was last reached "
+        rf"\(--learner_lost_secs={bound_secs}\){ending}\."
+    )
+
+
 def small_config(logdir: str = "/tmp/agent", **learner_overrides):
     """The SMALL settings as a config.Config, for tests that build the graph
     pieces in-process (no flags involved)."""
