@@ -61,8 +61,13 @@ def test_the_record_gives_each_setting_its_source_and_the_runs_facts(shallow_run
     assert sources["level_name"] == sources["learning_rate"] == "command line"
     assert sources["entropy_cost"] == f"--flagfile {flagfile}"
     assert sources["agent"] == sources["epsilon"] == family
-    # A default that follows a given flag: --envs_per_actor=2, so 2 a process.
-    assert record["settings"]["envs_per_process"] == {"value": 2, "source": family}
+    # A default that follows a given flag: --envs_per_actor=2, so 2 a
+    # process, and the record says it came from that flag.
+    assert record["settings"]["envs_per_process"] == {
+        "value": 2,
+        "source": "--envs_per_actor=2 (the most that divides it; "
+        "flagfiles/pong_shallow_unroll80.cfg has 32)",
+    }
     assert sources["discounting"] == "default"
     assert record["settings"]["learning_rate"]["value"] == 0.001
     assert record["settings"]["entropy_cost"]["value"] == 0.02
