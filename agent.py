@@ -382,20 +382,38 @@ class Agent(snt.Module):
           (env_outputs with frames [T, B, H, W, S x C], oldest first; the
            S - 1 frames after the last step). Where done, the stack is the
            step's frame repeated S times (an episode's first observation).
+
+        A fixed number of ops whatever T (no loop over time): slot k of the
+        stack at step t holds the frame of step t - (S - 1 - k), or, where
+        an episode started after that step (a done in between), the frame
+        of the latest such start; steps before 0 are the state's frames.
+        The slots are gathered from the S - 1 + T frames in a row.
         """
         frame, instruction = env_outputs.observation
-        channels = self._frame_shape[-1]
-        stacks = []
-        for frame_t, done_t in zip(
-            tf.unstack(frame), tf.unstack(env_outputs.done), strict=True
-        ):
-            continued = tf.concat([frames, frame_t], axis=-1)
-            restarted = tf.tile(frame_t, [1, 1, 1, self._frame_stack])
-            stack_t = tf.where(done_t[:, None, None, None], restarted, continued)
-            stacks.append(stack_t)
-            frames = stack_t[..., channels:]
-        observation = (tf.stack(stacks), instruction)
-        return env_outputs._replace(observation=observation), frames
+        depth, channels = self._frame_stack, self._frame_shape[-1]
+        time, batch = tf.shape(frame)[0], tf.shape(frame)[1]
+        # [S - 1 + T, B, H, W, C]: the state's frames, oldest first, then
+        # the unroll's; row r is step r - (S - 1).
+        before = tf.stack(
+            [frames[..., j * channels : (j + 1) * channels] for j in range(depth - 1)]
+        )
+        rows = tf.concat([before, frame], axis=0)
+        flat = tf.reshape(rows, tf.concat([[-1], tf.shape(rows)[2:]], axis=0))
+        steps = tf.range(time)[:, None] + tf.zeros([1, batch], tf.int32)  # [T, B]
+        done = tf.cast(env_outputs.done, tf.bool)
+        slots = []
+        for lag in range(depth - 1, -1, -1):  # oldest slot first
+            source = steps - lag
+            # A done at step u in (t - lag, t] restarts the stack at u: the
+            # latest one wins, so the newer steps are applied last.
+            for back in range(lag - 1, -1, -1):
+                shifted = tf.pad(done, [[back, 0], [0, 0]])[:time]
+                source = tf.where(shifted, steps - back, source)
+            row = (source + depth - 1) * batch + tf.range(batch)[None, :]
+            slots.append(tf.gather(flat, row))
+        stacks = tf.concat(slots, axis=-1)
+        observation = (stacks, instruction)
+        return env_outputs._replace(observation=observation), stacks[-1][..., channels:]
 
     def _encode(self, last_actions: tf.Tensor, env_outputs) -> tf.Tensor:
         """Per-step features before the core: inputs [N, ...] -> [N, D]."""
