@@ -36,6 +36,7 @@ environments.py.
 """
 
 import collections
+import sys
 
 import numpy as np
 import sonnet as snt
@@ -45,7 +46,7 @@ from config import AgentConfig
 
 AgentOutput = collections.namedtuple("AgentOutput", "action policy_logits baseline")
 # An agent that stacks frames: its core state (LSTMState, or () without the
-# LSTM) and the last S - 1 frames, uint8 [B, H, W, (S - 1) x C], oldest first.
+# LSTM) and the last S - 1 frames, uint8 [B, S - 1, H, W, C], oldest first.
 StackedState = collections.namedtuple("StackedState", "core frames")
 
 # Instruction encoding sizes from the paper.
@@ -361,13 +362,12 @@ class Agent(snt.Module):
     def initial_state(self, batch_size) -> snt.LSTMState | tuple:
         """Zero core state: LSTMState(hidden [B, 256], cell [B, 256]); () for
         an agent without the LSTM. With a frame stack, StackedState(that,
-        zero frames uint8 [B, H, W, (S - 1) x C]): never seen, because every
+        zero frames uint8 [B, S - 1, H, W, C]): never seen, because every
         first step of an environment is done."""
         core = () if self._core is None else self._core.initial_state(batch_size)
         if self._frame_stack == 1:
             return core
-        height, width, channels = self._frame_shape
-        shape = [height, width, (self._frame_stack - 1) * channels]
+        shape = [self._frame_stack - 1, *self._frame_shape]
         return StackedState(core, tf.zeros([batch_size, *shape], tf.uint8))
 
     def stack_frames(self, env_outputs, frames: tf.Tensor):
@@ -376,29 +376,32 @@ class Agent(snt.Module):
         Args:
           env_outputs: StepOutput [T, B, ...] whose frame is uint8 [T, B, H,
             W, C] (the newest frame) and done bool [T, B].
-          frames: uint8 [B, H, W, (S - 1) x C], the S - 1 frames before step 0.
+          frames: uint8 [B, S - 1, H, W, C], the S - 1 frames before step 0,
+            oldest first.
 
         Returns:
-          (env_outputs with frames [T, B, H, W, S x C], oldest first; the
-           S - 1 frames after the last step). Where done, the stack is the
-           step's frame repeated S times (an episode's first observation).
+          (env_outputs with frames [T, B, H, W, S x C], oldest first along
+           the channels; the S - 1 frames after the last step, as `frames`).
+           Where done, the stack is the step's frame repeated S times (an
+           episode's first observation).
 
         A fixed number of ops whatever T (no loop over time): slot k of the
         stack at step t holds the frame of step t - (S - 1 - k), or, where
         an episode started after that step (a done in between), the frame
         of the latest such start; steps before 0 are the state's frames.
-        The slots are gathered from the S - 1 + T frames in a row.
+        Each slot is one gather of whole frames from the S - 1 + T frames
+        in a row; the slots are then interleaved along the channels, for 4
+        one-channel frames by packing them into the bytes of a uint32 and
+        reinterpreting it as 4 uint8 (TensorFlow's concat along a last axis
+        of 1 copies byte by byte: 4x slower here, a quarter of a learner
+        step).
         """
         frame, instruction = env_outputs.observation
-        depth, channels = self._frame_stack, self._frame_shape[-1]
+        depth = self._frame_stack
         time, batch = tf.shape(frame)[0], tf.shape(frame)[1]
-        # [S - 1 + T, B, H, W, C]: the state's frames, oldest first, then
-        # the unroll's; row r is step r - (S - 1).
-        before = tf.stack(
-            [frames[..., j * channels : (j + 1) * channels] for j in range(depth - 1)]
-        )
-        rows = tf.concat([before, frame], axis=0)
-        flat = tf.reshape(rows, tf.concat([[-1], tf.shape(rows)[2:]], axis=0))
+        # [S - 1 + T, B, H, W, C]: row r is step r - (S - 1).
+        rows = tf.concat([tf.stack(tf.unstack(frames, axis=1)), frame], axis=0)
+        flat = tf.reshape(rows, [-1, *self._frame_shape])
         steps = tf.range(time)[:, None] + tf.zeros([1, batch], tf.int32)  # [T, B]
         done = tf.cast(env_outputs.done, tf.bool)
         slots = []
@@ -410,10 +413,20 @@ class Agent(snt.Module):
                 shifted = tf.pad(done, [[back, 0], [0, 0]])[:time]
                 source = tf.where(shifted, steps - back, source)
             row = (source + depth - 1) * batch + tf.range(batch)[None, :]
-            slots.append(tf.gather(flat, row))
-        stacks = tf.concat(slots, axis=-1)
+            slots.append(tf.gather(flat, row))  # [T, B, H, W, C]
+        after = tf.stack([slot[-1] for slot in slots[1:]], axis=1)
+        if depth == 4 and self._frame_shape[-1] == 1 and sys.byteorder == "little":
+            packed = tf.zeros(tf.shape(slots[0])[:-1], tf.uint32)
+            for k, slot in enumerate(slots):
+                byte = tf.bitwise.left_shift(
+                    tf.cast(slot[..., 0], tf.uint32), tf.constant(8 * k, tf.uint32)
+                )
+                packed = tf.bitwise.bitwise_or(packed, byte)
+            stacks = tf.bitcast(packed, tf.uint8)  # byte k is slot k
+        else:
+            stacks = tf.concat(slots, axis=-1)
         observation = (stacks, instruction)
-        return env_outputs._replace(observation=observation), stacks[-1][..., channels:]
+        return env_outputs._replace(observation=observation), after
 
     def _encode(self, last_actions: tf.Tensor, env_outputs) -> tf.Tensor:
         """Per-step features before the core: inputs [N, ...] -> [N, D]."""

@@ -37,7 +37,7 @@ UNROLLS = 15  # 600 agent steps: several lives and at least one whole game
 
 def _rebuild_graph(agent: agent_lib.Agent, specs):
     """Placeholders for one batch-major unroll's frames [T + 1, 84, 84, 1],
-    dones [T + 1] and state frames [84, 84, 3], and the learner's stacks
+    dones [T + 1] and state frames [3, 84, 84, 1], and the learner's stacks
     [T + 1, 84, 84, 4] from them."""
     frames = tf.compat.v1.placeholder(tf.uint8, specs.env_outputs.observation[0].shape)
     done = tf.compat.v1.placeholder(tf.bool, specs.env_outputs.done.shape)
@@ -95,7 +95,7 @@ def test_stacks_built_in_the_graph_equal_the_environments_over_whole_games():
                     84,
                     1,
                 )
-                assert unroll.agent_state.frames.shape == (84, 84, 3)
+                assert unroll.agent_state.frames.shape == (3, 84, 84, 1)
                 tf.nest.map_structure(np.testing.assert_array_equal, unroll, sent)
                 stacks = session.run(
                     rebuilt,
@@ -148,7 +148,7 @@ def test_the_papers_replay_of_10000_atari_unrolls_fits_in_6_5_gb():
     )
     specs = actor_output_specs(environment, agent, 80)
     assert specs.env_outputs.observation[0].shape == (81, 84, 84, 1)
-    assert specs.agent_state.frames.shape == (84, 84, 3)
+    assert specs.agent_state.frames.shape == (3, 84, 84, 1)
     per_unroll = replay.unroll_bytes(specs)
     frames = (81 + 3) * 84 * 84
     assert frames <= per_unroll <= frames + 20_000, per_unroll
@@ -194,7 +194,7 @@ def test_the_stack_restarts_where_an_episode_starts_and_shifts_elsewhere():
     with tf.Graph().as_default():
         env_outputs = StepOutput(None, None, done, (tf.constant(frames), None))
         stacked, after = agent.stack_frames(
-            env_outputs, tf.zeros([1, 1, 1, 3], tf.uint8)
+            env_outputs, tf.zeros([1, 3, 1, 1, 1], tf.uint8)
         )
         with tf.compat.v1.Session() as session:
             stacks, after = session.run((stacked.observation[0], after))
@@ -207,5 +207,5 @@ def test_the_stack_restarts_where_an_episode_starts_and_shifts_elsewhere():
         [4, 4, 5, 6],
         [4, 5, 6, 7],
     ]
-    assert after[0, 0, 0].tolist() == [5, 6, 7]
+    assert after[0, :, 0, 0, 0].tolist() == [5, 6, 7]
     assert atari.FAMILY.frame_stack == 4

@@ -42,7 +42,7 @@ def test_unrolls_are_batch_major_and_continue_per_environment():
         assert output.agent_outputs.action.shape == (K, UNROLL + 1)
         assert output.agent_state.core.hidden.shape == (K, 256)
         # One frame a step; the 3 before the first step in the state.
-        assert output.agent_state.frames.shape == (K, 84, 84, 3)
+        assert output.agent_state.frames.shape == (K, 3, 84, 84, 1)
         with tf.compat.v1.train.SingularMonitoredSession(
             hooks=[py_process.PyProcessHook()]
         ) as session:
