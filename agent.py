@@ -355,10 +355,6 @@ class Agent(snt.Module):
     def use_lstm(self) -> bool:
         return self._core is not None
 
-    @property
-    def frame_stack(self) -> int:
-        return self._frame_stack
-
     def initial_state(self, batch_size) -> snt.LSTMState | tuple:
         """Zero core state: LSTMState(hidden [B, 256], cell [B, 256]); () for
         an agent without the LSTM. With a frame stack, StackedState(that,

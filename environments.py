@@ -344,9 +344,7 @@ def frame_stack_settings(level_names, given: int = 0) -> dict[str, Any]:
     """
     level_names = list(level_names)
     family = _family_of_all(level_names)
-    depth = given or family.frame_stack
-    if depth < 1:
-        raise ValueError(f"--frame_stack={given}: must be >= 0 (0: the family's).")
+    depth = given or family.frame_stack  # validate_flags refuses a negative
     if depth > 1 and not family.frame_shape:
         raise ValueError(
             f"--frame_stack={given}: {family.name} has no frame stack (its "

@@ -36,28 +36,21 @@ LABELS = {
 }
 
 
-def layout(records: list[dict]) -> dict[tuple[str, bool], list[dict]]:
-    """(task, replay) -> that panel's records, in the study's task and
-    correction order; records of no off-policy arm are left out."""
+def layout(records: list[dict]) -> dict[tuple[str, bool], list[tuple[str, dict]]]:
+    """(task, replay) -> that panel's (correction, record) pairs, in the
+    study's order (its arms, `study.off_policy_arms`); records of no
+    off-policy arm are left out."""
     by_name = {r.get("arm"): r for r in records}
-    panels: dict[tuple[str, bool], list[dict]] = {}
-    for task in study.OFF_POLICY_TASKS:
-        for replay in (False, True):
-            found = [
-                by_name[name]
-                for correction in study.OFF_POLICY_CORRECTIONS
-                if (name := f"{task}_{correction}{'_replay' if replay else ''}")
-                in by_name
-            ]
-            if found:
-                panels[(task, replay)] = found
+    panels: dict[tuple[str, bool], list[tuple[str, dict]]] = {}
+    for arm in study.off_policy_arms(None):
+        if arm.name not in by_name:
+            continue
+        task = next(t for t in study.OFF_POLICY_TASKS if arm.name.startswith(t))
+        replay = arm.flag("replay_proportion") is not None
+        panels.setdefault((task, replay), []).append(
+            (arm.flag("off_policy_correction"), by_name[arm.name])
+        )
     return panels
-
-
-def _correction(record: dict) -> str:
-    return record.get("settings", {}).get("off_policy_correction") or next(
-        c for c in study.OFF_POLICY_CORRECTIONS if c in record["arm"]
-    )
 
 
 def draw(records: list[dict], path: str):
@@ -76,8 +69,8 @@ def draw(records: list[dict], path: str):
     for row, task in enumerate(tasks):
         for column, replay in enumerate((False, True)):
             ax = axes[row][column]
-            for record in panels.get((task, replay), []):
-                correction = _correction(record)
+            drawn = panels.get((task, replay), [])
+            for correction, record in drawn:
                 points = [p for p in record["curve"] if p.get("mean") is not None]
                 lag = record.get("policy_lag") or {}
                 lag_text = f"lag {lag['fresh']:.0f}" if lag.get("fresh") else ""
@@ -91,9 +84,7 @@ def draw(records: list[dict], path: str):
                     label=f"{LABELS[correction]} ({lag_text} updates)",
                 )
             unit = (
-                "games"
-                if panels.get((task, replay), [{}])[0].get("unit") == ("game")
-                else "episodes"
+                "games" if drawn and drawn[0][1].get("unit") == "game" else "episodes"
             )
             ax.set_title(f"{task}, {'replay 0.5' if replay else 'no replay'}")
             ax.set_xlabel("environment frames (M)")

@@ -604,22 +604,22 @@ def in_study_order(records: list[dict], arms: list[Arm]) -> list[dict]:
     )
 
 
-def _has_matplotlib() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("matplotlib") is not None
-
-
 def draw_figure(records: list[dict], path: str, title: str) -> None:
     """Each record's curve (mean of the last 100 training episodes against
-    frames) in a panel of its own. Needs matplotlib (benchmarks/
-    requirements.txt); without it, says so and draws nothing."""
+    frames) in a panel of its own; the off-policy study's in
+    off_policy_figure's layout. Needs matplotlib (requirements.txt); without
+    it, says so and draws nothing."""
     try:
         import matplotlib
     except ImportError:
-        print("No figure: matplotlib is not installed (benchmarks/requirements.txt).")
+        print("No figure: matplotlib is not installed (requirements.txt).")
         return
 
+    if title == "off_policy":
+        import off_policy_figure  # the corrections overlaid, a panel a task
+
+        off_policy_figure.draw(records, path)
+        return
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -965,12 +965,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     if not args.no_figure:
         figure = args.figure or os.path.join(args.results, "curves.png")
-        if args.study == "off_policy" and _has_matplotlib():
-            import off_policy_figure  # the corrections overlaid, a panel a task
-
-            off_policy_figure.draw(every, figure)
-        else:
-            draw_figure(every, figure, args.study or "study")
+        draw_figure(every, figure, args.study or "study")
     print(f"Records in {args.results}.")
     return 0 if all(r.get("complete") for r in records) else 1
 

@@ -30,6 +30,7 @@ from cluster.state import (
     ClusterState,
     agreeing_settings,
     build_agent_variables,
+    check_learner_lost,
     chief_learner_tasks,
     confirm_finished_op,
     create_cluster_state,
@@ -38,7 +39,7 @@ from cluster.state import (
 )
 from config import Config
 from learner import pipeline
-from runtime.errors import FlagError, LearnerGoneError, first_line
+from runtime.errors import FlagError, first_line
 from runtime.shutdown import ShutdownRequest
 
 # An enqueue waits this long before the actor checks that the learner is
@@ -351,15 +352,15 @@ def _connect(
     start = time.monotonic()
     next_log = start + interval_secs
     while not shutdown.requested:
-        if lost_since is not None and lost_bound_secs is not None:
-            waited = time.monotonic() - lost_since
-            if waited > lost_bound_secs:
-                raise LearnerGoneError(
-                    f"actor task {config.task}: no learner at "
-                    f"{config.learner_host} for {waited:.0f} s after it was last "
-                    f"reached (--learner_lost_secs={lost_bound_secs:g}); its "
-                    "environment processes stopped, exiting."
-                )
+        if lost_bound_secs is not None:
+            check_learner_lost(
+                lost_since,
+                lost_bound_secs,
+                f"actor task {config.task}",
+                "learner",
+                config.learner_host,
+                "its environment processes stopped, exiting",
+            )
         try:
             session = creator.create_session()
         except TimeoutError as e:

@@ -28,6 +28,7 @@ from actor.unroll import actor_output_specs
 from cluster import ports, spec
 from cluster.state import (
     agreeing_settings,
+    check_learner_lost,
     chief_learner_tasks,
     confirm_finished_op,
     create_cluster_state,
@@ -37,7 +38,7 @@ from cluster.state import (
 from config import Config
 from learner import loop, pipeline, progress
 from runtime import sessions
-from runtime.errors import FlagError, LearnerGoneError, first_line
+from runtime.errors import FlagError, first_line
 from runtime.settings import DEFAULTS
 from runtime.shutdown import ShutdownRequest
 
@@ -146,14 +147,24 @@ def serve(
         # Once it has had the chief, a task that loses it for longer than
         # --learner_lost_secs exits (LearnerGoneError) rather than serve a
         # run that ended without it; before, it waits for the chief.
-        connected, lost_since = False, 0.0
+        connected, lost_since = False, None
+
+        def check_lost() -> None:
+            check_learner_lost(
+                lost_since,
+                config.run.learner_lost_secs,
+                f"learner task {task}",
+                "chief learner",
+                cluster_config.learner_host,
+            )
+
         bounded = tf.compat.v1.RunOptions(timeout_in_ms=CHIEF_CALL_TIMEOUT_MS)
         while not done and not shutdown.requested:
             if connected and not ports.reachable(cluster_config.learner_host):
                 # A session's creation would wait for the chief without a
                 # bound (TensorFlow's master waits for every task it names).
                 lost_since = lost_since or time.monotonic()
-                _check_lost(lost_since, config.run.learner_lost_secs, cluster_config)
+                check_lost()
                 shutdown.wait(1.0)
                 continue
             session = tf.compat.v1.Session(server.target, config=proto)
@@ -179,7 +190,7 @@ def serve(
                         cluster_config.learner_host,
                         config.run.learner_lost_secs,
                     )
-                connected, lost_since = True, 0.0
+                connected, lost_since = True, None
                 while not session.run(training_done, options=bounded):
                     if shutdown.wait(1.0):
                         break
@@ -200,8 +211,7 @@ def serve(
                 # Closing a session whose chief is gone can take TensorFlow
                 # 30 s of retries: done aside, so that the bound is kept.
                 threading.Thread(target=session.close, daemon=True).start()
-            if lost_since:
-                _check_lost(lost_since, config.run.learner_lost_secs, cluster_config)
+            check_lost()
             if not done:
                 shutdown.wait(1.0)
         if not done:
@@ -215,20 +225,6 @@ def serve(
         if shutdown.wait(0.5):
             break
     logging.info("Learner task %d: the chief has exited; exiting.", task)
-
-
-def _check_lost(
-    lost_since: float, bound_secs: float, cluster_config: spec.ClusterConfig
-) -> None:
-    """LearnerGoneError once a learner task other than the chief has been
-    without the chief for longer than --learner_lost_secs."""
-    waited = time.monotonic() - lost_since
-    if waited > bound_secs:
-        raise LearnerGoneError(
-            f"learner task {cluster_config.task}: no chief learner at "
-            f"{cluster_config.learner_host} for {waited:.0f} s after it was "
-            f"last reached (--learner_lost_secs={bound_secs:g}); exiting."
-        )
 
 
 def wait_for_learner_tasks(

@@ -21,12 +21,14 @@ import collections
 import json
 import os
 import sys
+import time
 
 import tensorflow as tf
 from absl import logging
 
 import agent as agent_lib
 from cluster.spec import ClusterConfig
+from runtime.errors import LearnerGoneError
 
 ClusterState = collections.namedtuple(
     "ClusterState", "training_done finished_actors finished_learners run_settings"
@@ -209,3 +211,26 @@ def exit_cluster_task(code: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def check_learner_lost(
+    lost_since: float | None,
+    bound_secs: float,
+    who: str,
+    learner: str,
+    learner_host: str,
+    ending: str = "exiting",
+) -> None:
+    """LearnerGoneError once a task that had the learner (`who`: 'actor task
+    1') has been without it since `lost_since` (time.monotonic()) for longer
+    than `bound_secs` (--learner_lost_secs); nothing while it has it
+    (`lost_since` None). `learner` names what it lost ('learner', 'chief
+    learner') at `learner_host`; `ending` closes the line."""
+    if lost_since is None:
+        return
+    waited = time.monotonic() - lost_since
+    if waited > bound_secs:
+        raise LearnerGoneError(
+            f"{who}: no {learner} at {learner_host} for {waited:.0f} s after it "
+            f"was last reached (--learner_lost_secs={bound_secs:g}); {ending}."
+        )
