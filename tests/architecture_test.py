@@ -121,10 +121,12 @@ def module_name(path: Path, root: Path) -> str:
 
 def project_modules(root: Path) -> dict[str, Path]:
     """Module name -> path for the .py files at the root of `root` and in
-    its packages (folders with an __init__.py)."""
+    its packages (folders with an __init__.py), the benchmarks' aside (they
+    measure the project; the tests below keep their own shape)."""
     paths = sorted(root.glob("*.py"))
     for init in sorted(root.glob("*/__init__.py")):
-        paths += sorted(init.parent.glob("*.py"))
+        if init.parent.name != "benchmarks":
+            paths += sorted(init.parent.glob("*.py"))
     return {module_name(path, root): path for path in paths}
 
 
@@ -263,15 +265,97 @@ def test_the_flags_check_catches_each_way_in(tmp_path, source):
 MAX_MODULE_LINES = 700
 
 
-def test_no_module_of_the_project_passes_700_lines():
-    """Every module but the tests' and the benchmarks' (one concern a module)."""
+def test_no_module_of_the_project_or_of_its_benchmarks_passes_700_lines():
+    """Every module but the tests' (one concern a module)."""
     long = {
         str(path.relative_to(REPO)): lines
         for path in sorted(REPO.glob("**/*.py"))
-        if path.relative_to(REPO).parts[0] not in ("tests", "benchmarks", ".git")
+        if path.relative_to(REPO).parts[0] not in ("tests", ".git")
         and (lines := path.read_text(encoding="utf-8").count("\n")) > MAX_MODULE_LINES
     }
     assert long == {}
+    assert any(REPO.glob("benchmarks/*/*.py"))  # the glob reaches the benchmarks
+
+
+# benchmarks/ by concern: each package says what it measures and how to run
+# it, and its top level keeps the study runner's command line alone.
+BENCHMARK_PACKAGES = (
+    "benchmarks",
+    "benchmarks/components",
+    "benchmarks/core",
+    "benchmarks/learning",
+    "benchmarks/peers",
+    "benchmarks/studies",
+    "benchmarks/throughput",
+)
+BENCHMARK_ENTRY_POINTS = {"__init__.py", "study.py"}
+
+
+@pytest.mark.parametrize("package", BENCHMARK_PACKAGES)
+def test_each_benchmarks_package_says_what_it_measures_and_how_to_run_it(package):
+    init = REPO / package / "__init__.py"
+    docstring = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8")))
+    assert docstring and len(docstring.split()) >= 40, package
+    assert "python3 benchmarks/" in " ".join(docstring.split()), package
+
+
+def test_benchmarks_are_in_their_packages_and_its_top_level_keeps_one_entry():
+    packages = {
+        str(init.parent.relative_to(REPO))
+        for init in REPO.glob("benchmarks/**/__init__.py")
+    }
+    assert packages == set(BENCHMARK_PACKAGES)
+    top = {p.name for p in (REPO / "benchmarks").iterdir() if p.is_file()}
+    assert {name for name in top if name.endswith((".py", ".sh"))} == (
+        BENCHMARK_ENTRY_POINTS
+    )
+    stray = [
+        str(p.relative_to(REPO))
+        for p in REPO.glob("benchmarks/*/**/*.py")
+        if not (p.parent / "__init__.py").is_file()
+    ]
+    assert stray == []
+
+
+# A block of this many statement lines (imports, comments, docstring quotes
+# and closing brackets aside) found twice in benchmarks/ is code to share
+# (benchmarks/core/).
+REPEATED_BLOCK_LINES = 8
+_NOT_STATEMENTS = ("import ", "from ", "#", '"""', ")", "]", "}")
+
+
+def repeated_blocks(paths: list[Path]) -> list[tuple[str, str]]:
+    """[(first place, second place)] of each block of REPEATED_BLOCK_LINES
+    statement lines (stripped) that occurs twice, not overlapping."""
+    seen: dict[tuple[str, ...], tuple[Path, int]] = {}
+    found = []
+    for path in paths:
+        lines = [
+            (number, line.strip())
+            for number, line in enumerate(
+                path.read_text(encoding="utf-8").splitlines(), 1
+            )
+            if line.strip() and not line.strip().startswith(_NOT_STATEMENTS)
+        ]
+        for k in range(len(lines) - REPEATED_BLOCK_LINES + 1):
+            block = tuple(line for _, line in lines[k : k + REPEATED_BLOCK_LINES])
+            where = (path, lines[k][0])
+            first = seen.setdefault(block, where)
+            if first[0] != path or where[1] - first[1] >= REPEATED_BLOCK_LINES:
+                found.append((f"{first[0].name}:{first[1]}", f"{path.name}:{where[1]}"))
+    return found
+
+
+def test_no_block_of_code_is_repeated_across_the_benchmarks():
+    assert repeated_blocks(sorted(REPO.glob("benchmarks/**/*.py"))) == []
+
+
+def test_the_repeat_check_finds_a_block_copied_into_another_file(tmp_path):
+    block = "".join(f"value_{k} = compute({k}, scale={k * 3})\n" for k in range(8))
+    (tmp_path / "a.py").write_text("import os\n" + block)
+    (tmp_path / "b.py").write_text("x = 1\n" + block + "y = 2\n")
+    (tmp_path / "c.py").write_text(block[: len(block) // 2])
+    assert repeated_blocks(sorted(tmp_path.glob("*.py"))) == [("a.py:2", "b.py:2")]
 
 
 def test_experiment_py_stays_the_wiring():
@@ -491,4 +575,4 @@ def test_each_package_says_what_it_holds(package):
     docstring = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8")))
     assert docstring and len(docstring.split()) >= 20, package
     on_disk = {p.name for p in REPO.iterdir() if (p / "__init__.py").is_file()}
-    assert on_disk == set(PACKAGES)
+    assert on_disk == set(PACKAGES) | {"benchmarks"}

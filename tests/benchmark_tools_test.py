@@ -10,13 +10,12 @@ import sys
 
 from run_helpers import REPO_ROOT
 
-sys.path.insert(0, os.path.join(REPO_ROOT, "benchmarks"))
-
-import throughput_bench  # noqa: E402
+sys.path.insert(0, REPO_ROOT)
 
 import config  # noqa: E402
+from benchmarks.throughput import throughput_bench  # noqa: E402
 
-SCRIPT = os.path.join(REPO_ROOT, "benchmarks", "throughput_bench.py")
+SCRIPT = os.path.join(REPO_ROOT, "benchmarks", "throughput", "throughput_bench.py")
 
 
 def test_throughput_record_goes_where_json_says_else_to_the_committed_one(tmp_path):
@@ -67,7 +66,7 @@ def test_defaults_part_passes_no_layout_flag_and_compares_with_the_best_setting(
 
 
 def test_family_bench_layouts_name_the_layout_flags_or_the_familys_defaults():
-    import family_bench
+    from benchmarks.throughput import family_bench
 
     assert family_bench.parse_layout("8x4x4/16") == dict(
         num_actors=8,
@@ -85,15 +84,16 @@ def test_popart_comparison_normalises_each_level_between_random_and_best():
     policy's return, 100 % at the reference run's; the standard error is of
     the mean over the test episodes."""
     import numpy as np
-    import popart_comparison
     import pytest
+
+    from benchmarks.studies import popart_study
 
     references = {
         "vizdoom/defend_the_center": {"random": 0.0, "best": 10.0},
         "vizdoom/basic": {"random": -300.0, "best": 80.0},
         "vizdoom/health_gathering": {"random": 300.0, "best": 2100.0},
     }
-    scores = popart_comparison.normalised_scores(
+    scores = popart_study.normalised_scores(
         {
             "vizdoom/defend_the_center": [4.0, 6.0],
             "vizdoom/basic": [80.0, 80.0, 80.0],
@@ -113,7 +113,7 @@ def test_popart_comparison_normalises_each_level_between_random_and_best():
     assert scores["median"] == pytest.approx(50.0)
     assert scores["mean"] == pytest.approx(50.0)
     with pytest.raises(ValueError, match="no test episodes"):
-        popart_comparison.normalised_scores({"vizdoom/basic": []}, references)
+        popart_study.normalised_scores({"vizdoom/basic": []}, references)
 
 
 def test_popart_comparison_references_are_random_and_the_alone_runs_peak(tmp_path):
@@ -123,12 +123,13 @@ def test_popart_comparison_references_are_random_and_the_alone_runs_peak(tmp_pat
     None until every level has both."""
     import json
 
-    import popart_comparison
     import tensorflow as tf
+
+    from benchmarks.studies import popart_study
 
     level = "vizdoom/take_cover"
     names = [level]
-    assert popart_comparison.references_from(str(tmp_path), names) is None
+    assert popart_study.references_from(str(tmp_path), names) is None
     (tmp_path / "random_take_cover.json").write_text(json.dumps({"mean": 2.0}))
     returns = [0.0] * 100 + [10.0] * 100 + [5.0] * 100
     with tf.Graph().as_default():
@@ -143,30 +144,31 @@ def test_popart_comparison_references_are_random_and_the_alone_runs_peak(tmp_pat
             )
             writer.add_summary(summary, step)
         writer.close()
-    references = popart_comparison.references_from(str(tmp_path), names)
+    references = popart_study.references_from(str(tmp_path), names)
     assert references == {level: {"random": 2.0, "best": 10.0}}
     # Fewer episodes than the window: no reference yet.
-    assert popart_comparison.references_from(str(tmp_path), names, window=400) is None
+    assert popart_study.references_from(str(tmp_path), names, window=400) is None
 
 
 def test_popart_comparison_finds_each_arms_seeds_and_averages_over_them(tmp_path):
     """A second seed trains into ARM_seedN beside the first run; the plot
     finds every run with test results, seed 1 first, and the record's
     over_seeds averages each level's normalised score over an arm's runs."""
-    import popart_comparison
     import pytest
 
-    assert popart_comparison.run_name("popart", 1) == "popart"
-    assert popart_comparison.run_name("popart", 2) == "popart_seed2"
+    from benchmarks.studies import popart_study
+
+    assert popart_study.run_name("popart", 1) == "popart"
+    assert popart_study.run_name("popart", 2) == "popart_seed2"
     for name in ("popart_seed2", "popart", "popart_seed3", "clipped", "popart_x"):
         (tmp_path / name).mkdir()
         if name != "popart_seed3":  # not tested yet: left out
             (tmp_path / name / "test_results.json").write_text("{}")
-    assert popart_comparison.runs_of(str(tmp_path), "popart") == [
+    assert popart_study.runs_of(str(tmp_path), "popart") == [
         ("popart", 1),
         ("popart_seed2", 2),
     ]
-    assert popart_comparison.runs_of(str(tmp_path / "missing"), "popart") == []
+    assert popart_study.runs_of(str(tmp_path / "missing"), "popart") == []
 
     def normalised(a: float, b: float) -> dict:
         return {"levels": {"x": {"normalised": a}, "y": {"normalised": b}}}
@@ -178,7 +180,7 @@ def test_popart_comparison_finds_each_arms_seeds_and_averages_over_them(tmp_path
             "clipped": {"arm": "clipped", "normalised": normalised(0.0, 0.0)},
         }
     }
-    over = popart_comparison.over_seeds(record)
+    over = popart_study.over_seeds(record)
     assert list(over) == ["popart"]  # one run of clipped: nothing to average
     assert over["popart"]["seeds"] == 2
     assert over["popart"]["levels"] == {"x": 20.0, "y": 60.0}
@@ -189,8 +191,9 @@ def test_learner_tasks_projection_adds_each_remote_towers_measured_cost():
     """N learner tasks: t(N) = t1 + (N - 1) x max(c, b / W), c what the
     second task added to an update here, b its bytes per update, W the
     chief's link; the chief's link also carries every actor's weight copy."""
-    import learner_tasks_bench as bench
     import pytest
+
+    from benchmarks.throughput import learner_tasks_report as bench
 
     def result(configuration, ms, frames_per_s, moved):
         return {
@@ -229,7 +232,7 @@ def test_random_policy_takes_the_action_set_of_the_run_it_stands_for(tmp_path):
     policy with --run_levels: the baseline the multi-task arms start from."""
     import json
 
-    script = os.path.join(REPO_ROOT, "benchmarks", "random_policy.py")
+    script = os.path.join(REPO_ROOT, "benchmarks", "learning", "random_policy.py")
     counts = {}
     for name, extra in (
         ("alone", []),
@@ -256,7 +259,7 @@ def test_random_policy_takes_the_action_set_of_the_run_it_stands_for(tmp_path):
 
 
 def test_train_until_notes_the_first_frames_and_minutes_of_each_mean():
-    import train_until
+    from benchmarks.learning import train_until
 
     curve = train_until.Curve(window=2, thresholds=[0, -20])
     lines = [
@@ -286,7 +289,7 @@ def test_peer_defaults_reads_our_progress_lines_after_the_warm_up():
     """The median rate is of the progress lines a minute or more after the
     first one, as Sample Factory's figure is of its 10-second rates after
     its warm-up; a run past midnight keeps counting."""
-    import peer_defaults
+    from benchmarks.peers import peer_defaults
 
     def line(clock: str, frames: int, fps: int) -> str:
         return (
@@ -310,12 +313,12 @@ def test_peer_defaults_reads_our_progress_lines_after_the_warm_up():
 def test_a_code_snapshot_holds_what_a_run_reads():
     """--baseline_code and each invocation's snapshot run experiment.py from
     a copy: the flag files a family's defaults read at start go with it."""
-    import common
+    from benchmarks.core import common
 
     assert common._is_code("experiment.py")
     assert common._is_code("learner/update.py")
     assert common._is_code("batcher.cc")
     assert common._is_code("flagfiles/pong_shallow_unroll80.cfg")
     assert not common._is_code("tests/run_helpers.py")
-    assert not common._is_code("benchmarks/common.py")
+    assert not common._is_code("benchmarks/core/common.py")
     assert not common._is_code("README.md")

@@ -305,6 +305,45 @@ def test_benchmarks_md_stays_at_most_max_benchmarks_lines():
     assert lines <= MAX_BENCHMARKS_LINES, lines
 
 
+# A path under benchmarks/ as a command or a reader names it.
+_BENCHMARK_PATH = re.compile(r"benchmarks/[\w/]+\.(?:py|sh)\b")
+
+
+def benchmark_paths_named(paths) -> dict[str, set[str]]:
+    """{file's name: the benchmarks/...py|sh paths it names that do not
+    exist in the repository}."""
+    missing = {}
+    for path in paths:
+        named = set(_BENCHMARK_PATH.findall(path.read_text(encoding="utf-8")))
+        if gone := {name for name in named if not (REPO / name).is_file()}:
+            missing[path.name] = gone
+    return missing
+
+
+def test_every_benchmarks_path_the_docs_and_the_code_name_exists():
+    """BENCHMARKS.md, README.md, docs/, the flag files and the benchmarks'
+    own docstrings and scripts: each `python3 benchmarks/...` command (and
+    each path named in prose) runs from where it says."""
+    texts = [REPO / "BENCHMARKS.md", README, *sorted(DOCS.glob("*.md"))]
+    texts += sorted(FLAGFILES.glob("*.cfg"))
+    texts += sorted((REPO / "benchmarks").glob("**/*.py"))
+    texts += sorted((REPO / "benchmarks").glob("**/*.sh"))
+    texts += [p for p in sorted((REPO / "tests").glob("*.py")) if p != Path(__file__)]
+    assert len(re.findall(r"python3 benchmarks/", _read(REPO / "BENCHMARKS.md"))) >= 20
+    assert benchmark_paths_named(texts) == {}
+
+
+def test_the_benchmarks_path_check_names_a_moved_script(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(
+        "python3 benchmarks/throughput_bench.py --part=profile\n"
+        "python3 benchmarks/throughput/throughput_bench.py --part=profile\n"
+    )
+    assert benchmark_paths_named([page]) == {
+        "page.md": {"benchmarks/throughput_bench.py"}
+    }
+
+
 def test_readme_is_short_maps_the_code_and_links_every_docs_page():
     text = _read(README)
     assert text.count("\n") <= MAX_README_LINES, text.count("\n")

@@ -18,10 +18,9 @@ import sys
 import pytest
 from run_helpers import REPO_ROOT
 
-sys.path.insert(0, os.path.join(REPO_ROOT, "benchmarks"))
+sys.path.insert(0, REPO_ROOT)
 
-import evaluate_checkpoints  # noqa: E402
-import learning_curve  # noqa: E402
+from benchmarks.learning import evaluate_checkpoints, learning_curve  # noqa: E402
 
 PRETRAINED = os.path.join(REPO_ROOT, "pretrained", "atari_pong")
 PREFIX = os.path.basename(
@@ -49,7 +48,9 @@ def test_evaluate_checkpoints_tests_each_checkpoint_oldest_first(tmp_path):
     result = subprocess.run(
         [
             sys.executable,
-            os.path.join(REPO_ROOT, "benchmarks", "evaluate_checkpoints.py"),
+            os.path.join(
+                REPO_ROOT, "benchmarks", "learning", "evaluate_checkpoints.py"
+            ),
             f"--logdir={logdir}",
             "--level_name=atari/pong",
             "--episodes=1",
@@ -75,7 +76,9 @@ def test_evaluate_checkpoints_names_a_directory_without_checkpoints(tmp_path):
     result = subprocess.run(
         [
             sys.executable,
-            os.path.join(REPO_ROOT, "benchmarks", "evaluate_checkpoints.py"),
+            os.path.join(
+                REPO_ROOT, "benchmarks", "learning", "evaluate_checkpoints.py"
+            ),
             f"--logdir={tmp_path}",
             "--level_name=atari/pong",
             f"--out={tmp_path / 'records.json'}",

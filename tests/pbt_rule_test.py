@@ -174,11 +174,11 @@ def test_records_are_written_whole_and_read_back(tmp_path):
 
 
 def _pbt_figure():
-    """benchmarks/pbt_figure.py, imported from its folder."""
+    """benchmarks/studies/pbt_study.py, imported from the benchmarks package."""
     import sys
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-    import pbt_figure
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from benchmarks.studies import pbt_study as pbt_figure
 
     return pbt_figure
 

@@ -1,4 +1,4 @@
-"""Small classes for tests/py_process_test.py and benchmarks/py_process_bench.py.
+"""Small classes for tests/py_process_test.py and benchmarks/components/py_process_bench.py.
 
 They live in their own module because py_process children start a fresh interpreter
 and import the class by its module name; the test module itself imports TensorFlow

@@ -93,7 +93,9 @@ def test_small_computation_in_a_child_without_tensorflow(graph):
     add = process.proxy.add(tf.constant(3))
     info = process.proxy.info()
     assert add.dtype == tf.int64 and add.shape == []
-    bounded(process.start)  # how long it takes: benchmarks/py_process_bench.py
+    bounded(
+        process.start
+    )  # how long it takes: benchmarks/components/py_process_bench.py
     with tf.compat.v1.Session() as session:
         assert bounded(lambda: session.run(add)) == 16
         assert bounded(lambda: session.run(add)) == 22

@@ -15,12 +15,17 @@ import numpy as np
 import pytest
 from run_helpers import REPO_ROOT
 
-sys.path.insert(0, os.path.join(REPO_ROOT, "benchmarks"))
-
-import atari_suites  # noqa: E402
-import study  # noqa: E402
+sys.path.insert(0, REPO_ROOT)
 
 import environments  # noqa: E402
+from benchmarks import study  # noqa: E402
+from benchmarks.studies import (  # noqa: E402
+    atari_study,
+    off_policy_study,
+    pbt_study,
+    runner,
+)
+from benchmarks.studies import records as study_records  # noqa: E402
 from families import atari57  # noqa: E402
 
 STUDY = os.path.join(REPO_ROOT, "benchmarks", "study.py")
@@ -107,7 +112,7 @@ def test_arms_train_in_order_continue_after_a_stop_and_are_skipped_once_complete
         "python3 experiment.py --level_name=atari/breakout"
     )
     assert f"--logdir={tmp_path / 'runs' / 'breakout'}" in breakout["command"]
-    assert breakout["commit"] == study.code_commit()["commit"]
+    assert breakout["commit"] == runner.code_commit()["commit"]
     assert breakout["machine"]["nproc"] == os.cpu_count()
     assert breakout["segments"][0]["exit_status"] == 0
     test = breakout["test"]["levels"]["atari/breakout"]
@@ -183,9 +188,9 @@ def test_a_truncated_record_is_named_and_kept(tmp_path):
 
 
 def test_the_figure_keeps_the_studys_order_whichever_arm_ran_last():
-    arms = study.STUDIES["atari5"](None)
+    arms = study.STUDIES["atari5"].arms(None)
     records = [{"arm": name} for name in ("phoenix", "mine", "battle_zone", "qbert")]
-    assert [r["arm"] for r in study.in_study_order(records, arms)] == [
+    assert [r["arm"] for r in study_records.in_study_order(records, arms)] == [
         "battle_zone",
         "phoenix",
         "qbert",
@@ -194,7 +199,7 @@ def test_the_figure_keeps_the_studys_order_whichever_arm_ran_last():
 
 
 def test_the_atari5_study_is_the_five_games_at_40m_frames_with_the_default():
-    arms = study.STUDIES["atari5"](None)
+    arms = study.STUDIES["atari5"].arms(None)
     assert [a.name for a in arms] == [
         "battle_zone",
         "double_dunk",
@@ -208,7 +213,7 @@ def test_the_atari5_study_is_the_five_games_at_40m_frames_with_the_default():
             f"--level_name=atari/{arm.name}",
             "--total_environment_frames=40000000",
         )
-    assert [a.name for a in study.STUDIES["atari3_val"](1000)] == [
+    assert [a.name for a in study.STUDIES["atari3_val"].arms(1000)] == [
         "assault",
         "ms_pacman",
         "yars_revenge",
@@ -335,7 +340,9 @@ def test_the_table_gives_each_record_its_row():
         },
     }
     running = {"arm": "qbert", "frames": 1_200_000, "last_mean": 150.0, "curve": []}
-    header, rule, pong, qbert = study.markdown_table([trained, running]).splitlines()
+    header, rule, pong, qbert = study_records.markdown_table(
+        [trained, running]
+    ).splitlines()
     assert header.startswith("| arm | frames | minutes | training, last 100 |")
     assert rule.count("|") == header.count("|")
     assert (
@@ -345,7 +352,7 @@ def test_the_table_gives_each_record_its_row():
 
 
 def test_the_off_policy_study_is_each_task_by_correction_and_replay():
-    arms = study.STUDIES["off_policy"](None)
+    arms = study.STUDIES["off_policy"].arms(None)
     assert len(arms) == 16
     names = [a.name for a in arms]
     assert names[:8] == [
@@ -370,9 +377,9 @@ def test_the_off_policy_study_is_each_task_by_correction_and_replay():
     )
     assert by_name["breakout_no_correction_replay"].flag("replay_capacity") == "4000"
     # --frames replaces every budget.
-    assert {a.flag("total_environment_frames") for a in study.off_policy_arms(99)} == {
-        "99"
-    }
+    assert {
+        a.flag("total_environment_frames") for a in off_policy_study.off_policy_arms(99)
+    } == {"99"}
 
 
 def test_the_off_policy_table_is_laid_out_as_the_papers_table_2():
@@ -385,7 +392,7 @@ def test_the_off_policy_table_is_laid_out_as_the_papers_table_2():
             "test": {"levels": {"x": {"mean_return": test, "returns": [test]}}},
         }
 
-    rows = study.off_policy_table(
+    rows = off_policy_study.off_policy_table(
         [
             record("breakout_vtrace", 2.5, 10.0, 2.04),
             record("defend_the_center_one_step_is_replay", 7.25, 9.5, 2.5, 612.3),
@@ -421,28 +428,28 @@ def test_a_records_policy_lag_and_settings_come_from_its_run(tmp_path):
         "of the last 3 episodes: -1.00; mean policy lag 2.4 updates (replayed "
         "40.5). Checkpoint ...\n"
     )
-    assert study._policy_lag(str(log)) == {"fresh": 2.4, "replayed": 40.5}
+    assert runner._policy_lag(str(log)) == {"fresh": 2.4, "replayed": 40.5}
     log.write_text("Training done: ...; mean policy lag 1.5 updates. Checkpoint\n")
-    assert study._policy_lag(str(log)) == {"fresh": 1.5, "replayed": None}
+    assert runner._policy_lag(str(log)) == {"fresh": 1.5, "replayed": None}
     log.write_text("stopped by SIGINT\n")
-    assert study._policy_lag(str(log)) is None
+    assert runner._policy_lag(str(log)) is None
     (tmp_path / "run_record.json").write_text(
         '{"settings": {"replay_proportion": {"value": 0.5, "source": "command '
         'line"}, "agent": {"value": "shallow", "source": "default"}}}'
     )
-    assert study._run_settings(str(tmp_path)) == {
+    assert runner._run_settings(str(tmp_path)) == {
         "agent": "shallow",
         "replay_proportion": 0.5,
     }
-    assert study._run_settings(str(tmp_path / "none")) is None
+    assert runner._run_settings(str(tmp_path / "none")) is None
 
 
 def test_the_pbt_study_is_two_populations_of_the_same_draws():
-    arms = study.STUDIES["pbt"](None)
+    arms = study.STUDIES["pbt"].arms(None)
     assert [a.name for a in arms] == [
         f"{k}_{i}" for k in ("pbt", "fixed") for i in range(4)
     ]
-    assert [len(b) for b in study._batches(arms)] == [4, 4]
+    assert [len(b) for b in runner.batches(arms)] == [4, 4]
     by_name = {a.name: a for a in arms}
     pbt, fixed = by_name["pbt_2"], by_name["fixed_2"]
     # The same member, seed and budget; evolution off for the fixed one.
@@ -454,10 +461,10 @@ def test_the_pbt_study_is_two_populations_of_the_same_draws():
     )
     assert pbt.flag("pbt_burn_in_frames") == "1000000"
     # Each population's directory under the study's logdir root.
-    command = study.train_command(pbt, "/runs/pbt_2")
+    command = runner.train_command(pbt, "/runs/pbt_2")
     assert "--population_dir=/runs/pbt_population" in command
     assert "--logdir=/runs/pbt_2" in command
-    assert "--population_dir=/runs/fixed_population" in study.test_command(
+    assert "--population_dir=/runs/fixed_population" in runner.test_command(
         fixed, "/runs/fixed_2", 3
     )
 
@@ -473,7 +480,7 @@ def test_the_pbt_table_gives_each_arm_its_members_best_and_median():
             "population": {"member": {}, "lineage": lineage},
         }
 
-    header, _, pbt, fixed = study.pbt_table(
+    header, _, pbt, fixed = pbt_study.pbt_table(
         [
             record("pbt_0", 10.0, 9.0, copied_from=(None, 2, None)),
             record("pbt_1", 14.0, 12.5, copied_from=(None,)),
@@ -512,7 +519,7 @@ def test_the_members_of_a_group_train_together_each_with_its_record(tmp_path):
 
 
 def test_the_tuning_study_trains_replay_first_on_atari3_val_and_never_on_atari5():
-    arms = study.STUDIES["atari3_val_tuning"](None)
+    arms = study.STUDIES["atari3_val_tuning"].arms(None)
     assert [a.name for a in arms[:3]] == [
         "replay0.assault",
         "replay0.ms_pacman",
@@ -554,17 +561,17 @@ def test_the_tuning_table_gives_each_configuration_its_atari3_val_estimate():
         record("replay0.yars_revenge", "atari/yars_revenge", 200.0),
         record("replay050.assault", "atari/assault", 50.0),
     ]
-    rows = atari_suites.tuning_table(records).splitlines()
+    rows = atari_study.tuning_table(records).splitlines()
     # The estimate by hand as in the suite's test above: 18.52 %.
     assert rows[2] == (
         "| replay0 | 1,000 (0.0 %) | 1,000 (100.0 %) | 1,000 (200.0 %) | 18.5 % |"
     )
     assert rows[3] == "| replay050 | 1,000 (50.0 %) | - | - | - |"
-    line = atari_suites.suite_estimate_line("atari3_val", records[:3])
+    line = atari_study.suite_estimate_line("atari3_val", records[:3])
     assert line == (
         "atari3_val estimate of the 57-game median: 18.5 % (stated error 17.1 %)"
     )
-    assert atari_suites.suite_estimate_line("atari3_val", records[3:]) is None
+    assert atari_study.suite_estimate_line("atari3_val", records[3:]) is None
 
 
 def test_the_off_policy_figure_overlays_the_four_corrections_per_task_and_replay(
@@ -573,15 +580,14 @@ def test_the_off_policy_figure_overlays_the_four_corrections_per_task_and_replay
     """From the committed records: an axes per task and replay setting (2 x 2),
     the four corrections' curves on each, one y-scale per task, each
     legend entry with its policy lag."""
-    import off_policy_figure
 
     results = os.path.join(REPO_ROOT, "benchmarks", "results", "off_policy")
     records = [
-        study.load_record(os.path.join(results, name))
+        study_records.load_record(os.path.join(results, name))
         for name in sorted(os.listdir(results))
         if name.endswith(".json")
     ]
-    figure = off_policy_figure.draw(records, str(tmp_path / "curves.png"))
+    figure = off_policy_study.draw(records, str(tmp_path / "curves.png"))
     assert (tmp_path / "curves.png").stat().st_size > 0
     axes = figure.get_axes()
     assert [ax.get_title() for ax in axes] == [
@@ -605,6 +611,41 @@ def test_the_off_policy_figure_overlays_the_four_corrections_per_task_and_replay
     assert axes[0].get_ylim() == axes[1].get_ylim()
     assert axes[2].get_ylim() == axes[3].get_ylim()
     assert axes[0].get_ylim() != axes[2].get_ylim()
+
+
+def test_atari5s_figure_overlays_a_baseline_folder_and_a_new_one(tmp_path, capsys):
+    """The committed Atari-5 records as the baseline and a copy with other
+    test scores as the new default: a panel a game, each with both curves
+    labelled with their folder and estimate, frames on x, what y averages."""
+    baseline = os.path.join(REPO_ROOT, "benchmarks", "results", "atari5")
+    new = tmp_path / "atari5_new"
+    new.mkdir()
+    for record in atari_study.folder_records(baseline):
+        ((level, result),) = record["test"]["levels"].items()
+        result["human_normalized"] *= 2
+        (new / f"{record['arm']}.json").write_text(json.dumps(record))
+    out = tmp_path / "atari5.png"
+    assert atari_study.main([baseline, str(new), "--out", str(out)]) == 0
+    assert out.stat().st_size > 0
+    printed = capsys.readouterr().out
+    assert "atari5: atari5 estimate of the 57-game median: 41.3 %" in printed
+    assert "atari5_new: atari5 estimate of the 57-game median: 8" in printed
+    from benchmarks.core import figures
+
+    records = atari_study.folder_records(baseline)
+    figure = figures.overlay_figure(
+        {"old": records, "new": atari_study.folder_records(str(new))},
+        str(out),
+        "atari5",
+    )
+    axes = figure.get_axes()
+    assert sorted(ax.get_title() for ax in axes if ax.get_title()) == sorted(
+        atari57.SUBSETS["atari5"]
+    )
+    for ax in (ax for ax in axes if ax.get_title()):
+        assert ax.get_legend_handles_labels()[1] == ["old", "new"]
+        assert ax.get_xlabel() == "environment frames (M)"
+        assert ax.get_ylabel() == "mean return, last 100 training games"
 
 
 def test_test_modes_table_gives_a_suites_estimate_of_the_57_game_median():
