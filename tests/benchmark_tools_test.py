@@ -322,3 +322,64 @@ def test_a_code_snapshot_holds_what_a_run_reads():
     assert not common._is_code("tests/run_helpers.py")
     assert not common._is_code("benchmarks/core/common.py")
     assert not common._is_code("README.md")
+
+
+def test_a_peers_lines_become_its_record_and_its_games_a_curve_by_minute(tmp_path):
+    """The one runner shape: `<prefix>_<figure>=` lines and each game as
+    `<prefix>_episode=<seconds>,<frames>,<return>`; the per-hour curve's
+    point at minute k holds the frames of the last game by then and the
+    mean of the last 100 games; the figure has both sides on both axes."""
+    from benchmarks.peers import peers, per_hour
+
+    stdout = "\n".join(
+        [
+            "t=12.0 global_step=1000, episodic_return=[180.]",
+            "cleanrl_ppo_episode=12.0,4000,180.0",
+            "cleanrl_ppo_episode=70.5,52000,-20.0",
+            "cleanrl_ppo_episode=130.0,104000,300.0",
+            "sample_factory_frames_per_s=9999",
+            "cleanrl_ppo_frames_per_s=1444",
+            "cleanrl_ppo_frames=104000",
+            "cleanrl_ppo_return=153.3",
+        ]
+    )
+    record = peers.parse(
+        peers.CLEANRL_PPO, stdout, "", 0, 180, {"CLEANRL_ENV": "PhoenixNoFrameskip-v4"}
+    )
+    assert record["frames_per_s"] == 1444.0 and record["frames"] == 104000
+    assert record["mean_return"] == 153.3
+    assert record["episodes"] == [
+        (12.0, 4000, 180.0),
+        (70.5, 52000, -20.0),
+        (130.0, 104000, 300.0),
+    ]
+    assert record["command"] == (
+        "CLEANRL_ENV=PhoenixNoFrameskip-v4 benchmarks/peers/cleanrl_ppo_peer.sh 180"
+    )
+    curve = per_hour.episode_curve(record["episodes"], minutes=3, every=1.0)
+    assert curve == [
+        dict(minutes=1.0, frames=4000, mean=180.0),
+        dict(minutes=2.0, frames=52000, mean=80.0),
+        dict(minutes=3.0, frames=104000, mean=153.33),
+    ]
+    assert per_hour.episode_curve([], minutes=1, every=1.0)[0]["mean"] is None
+    assert per_hour.gym_id("atari/ms_pacman") == "MsPacmanNoFrameskip-v4"
+    ours = [
+        dict(minutes=1.0, frames=400000, mean=120.0),
+        dict(minutes=2.0, frames=800000, mean=200.0),
+    ]
+    figure = per_hour.draw(
+        {
+            "level": "atari/phoenix",
+            "minutes": 3,
+            "sides": {
+                "ours": {"curve": ours},
+                peers.CLEANRL_PPO.label: {"curve": curve},
+            },
+        },
+        str(tmp_path / "per_hour.png"),
+    )
+    by_minutes, by_frames = figure.get_axes()
+    assert len(by_minutes.get_lines()) == len(by_frames.get_lines()) == 2
+    assert by_frames.get_xlabel() == "environment frames (M)"
+    assert by_frames.get_lines()[0].get_xdata()[-1] == 0.8
