@@ -91,7 +91,13 @@ def _game(record: dict) -> tuple[str, float | None]:
     if len(levels) != 1:
         return record.get("arm", "?").split(SEPARATOR)[-1], None
     ((level, result),) = levels.items()
-    return level.split("/")[-1], result.get("human_normalized")
+    from families import atari57
+
+    try:  # from the returns: the record's score is rounded to 0.01
+        score = atari57.human_normalized_score(level, result["returns"])
+    except (KeyError, ValueError):
+        score = result.get("human_normalized")
+    return level.split("/")[-1], score
 
 
 def suite_estimate_line(suite: str, records: list[dict]) -> str | None:
