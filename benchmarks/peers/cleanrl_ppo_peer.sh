@@ -27,6 +27,8 @@
 #                                   whole games, unclipped)
 # Exit 1 when it logged no SPS line.
 set -eu
+# shellcheck source=peer_setup.sh
+. "$(dirname "$0")/peer_setup.sh"
 
 SECS="${1:-600}"
 if [ $# -gt 0 ]; then shift; fi
@@ -55,14 +57,8 @@ if ! "$PY" -c "import torch, gymnasium, tyro, cv2, tensorboard" 2>/dev/null; the
     shimmy==1.1.0 numpy==1.24.4 tensorboard==2.11.2 tyro==0.5.10 \
     opencv-python-headless==4.8.1.78
 fi
-if [ ! -e "$PEER/roms_imported" ]; then
-  ROMS="$(python3 -c 'import ale_py, os; print(os.path.join(os.path.dirname(ale_py.__file__), "roms"))')"
-  "$PEER/venv/bin/ale-import-roms" "$ROMS" >/dev/null
-  touch "$PEER/roms_imported"
-fi
-
-RUN_DIR="$(mktemp -d "$PEER/run.XXXXXX")"
-LOG="$RUN_DIR/log.txt"
+import_roms
+new_run_dir
 start=${EPOCHREALTIME/./}
 (cd "$RUN_DIR" && timeout "$SECS" "$PY" -u "$PEER/ppo_atari.py" --env-id "$CLEANRL_ENV" \
   --no-cuda "$@" 2>"$RUN_DIR/stderr.txt" || true) |

@@ -26,6 +26,8 @@
 # reached as sample_factory_frames=<N>. Exit 1 when it logged no figure
 # after the warm-up.
 set -eu
+# shellcheck source=peer_setup.sh
+. "$(dirname "$0")/peer_setup.sh"
 
 SECS="${1:-240}"
 if [ $# -gt 0 ]; then shift; fi
@@ -53,14 +55,8 @@ if ! "$PY" -c "import sample_factory, sf_examples, vizdoom" 2>/dev/null; then
   "$PEER/venv/bin/pip" install -q sample-factory==2.1.1 "gymnasium[atari]==0.29.1" \
     vizdoom==1.3.2 opencv-python-headless
 fi
-if [ ! -e "$PEER/roms_imported" ]; then
-  ROMS="$(python3 -c 'import ale_py, os; print(os.path.join(os.path.dirname(ale_py.__file__), "roms"))')"
-  "$PEER/venv/bin/ale-import-roms" "$ROMS" >/dev/null
-  touch "$PEER/roms_imported"
-fi
-
-RUN_DIR="$(mktemp -d "$PEER/run.XXXXXX")"
-LOG="$RUN_DIR/log.txt"
+import_roms
+new_run_dir
 timeout "$SECS" "$PY" -m "$MODULE" --env="$SF_ENV" \
   --experiment=peer --train_dir="$RUN_DIR" --device=cpu "${LAYOUT[@]}" "$@" >"$LOG" 2>&1 || true
 
