@@ -542,13 +542,18 @@ def test_the_tuning_study_trains_replay_first_on_atari3_val_and_never_on_atari5(
 
 def test_the_tuning_table_gives_each_configuration_its_atari3_val_estimate():
     def record(arm, level, score):
+        # The return that scores `score` % (the estimate is computed from
+        # the returns, not from the record's rounded score).
+        game = level.split("/")[1]
+        random_score = atari57.RANDOM_SCORES[game]
+        value = random_score + score / 100 * (atari57.HUMAN_SCORES[game] - random_score)
         return {
             "arm": arm,
             "test": {
                 "levels": {
                     level: {
                         "mean_return": 1000.0,
-                        "returns": [1000.0],
+                        "returns": [value],
                         "human_normalized": score,
                     }
                 }
@@ -620,16 +625,23 @@ def test_atari5s_figure_overlays_a_baseline_folder_and_a_new_one(tmp_path, capsy
     baseline = os.path.join(REPO_ROOT, "benchmarks", "results", "atari5")
     new = tmp_path / "atari5_new"
     new.mkdir()
+    scores = {}
     for record in atari_study.folder_records(baseline):
         ((level, result),) = record["test"]["levels"].items()
-        result["human_normalized"] *= 2
+        result["returns"] = [r * 1.5 for r in result["returns"]]
+        scores[record["arm"]] = atari57.human_normalized_score(level, result["returns"])
         (new / f"{record['arm']}.json").write_text(json.dumps(record))
+    expected = atari57.median57_estimate("atari5", scores)
     out = tmp_path / "atari5.png"
     assert atari_study.main([baseline, str(new), "--out", str(out)]) == 0
     assert out.stat().st_size > 0
     printed = capsys.readouterr().out
     assert "atari5: atari5 estimate of the 57-game median: 41.3 %" in printed
-    assert "atari5_new: atari5 estimate of the 57-game median: 8" in printed
+    assert (
+        f"atari5_new: atari5 estimate of the 57-game median: {expected:.1f} %"
+        in printed
+    )
+    assert f"{expected:.1f}" != "41.3"
     from benchmarks.core import figures
 
     records = atari_study.folder_records(baseline)
