@@ -477,23 +477,40 @@ class Agent(snt.Module):
         features = snt.BatchApply(self._encode, num_dims=2)(actions, env_outputs)
         if self._core is None:
             return snt.BatchApply(self._head, num_dims=2)(features), ()
-        done = env_outputs.done
         initial = self._core.initial_state(tf.shape(actions)[1])
-        core_outputs = []
-        # T is static (unroll_length + 1), so a Python loop is fine and lets
-        # the state be reset between steps.
-        for feature_t, done_t in zip(
-            tf.unstack(features), tf.unstack(done), strict=True
-        ):
+
+        def reset(state, done_t):
             # done at step t means this observation starts a new episode: the
             # core must not carry memory across the episode boundary.
-            core_state = tf.nest.map_structure(
-                lambda init, s, d=done_t: tf.where(d[:, None], init, s),
-                initial,
-                core_state,
+            return tf.nest.map_structure(
+                lambda init, s: tf.where(done_t[:, None], init, s), initial, state
             )
-            output, core_state = self._core(feature_t, core_state)
-            core_outputs.append(output)
+
+        # T is static (unroll_length + 1), so a Python loop is fine and lets
+        # the state be reset between steps. The first step is Sonnet's LSTM
+        # (it creates the variables); the input's share of the later steps'
+        # gates is one matmul over all of them (the learner's 80 steps at
+        # batch 8 would otherwise be 80 small ones), so that the loop keeps
+        # the recurrent share alone: Sonnet's step otherwise, same variables.
+        features_t = tf.unstack(features)
+        done = tf.unstack(env_outputs.done)
+        output, core_state = self._core(features_t[0], reset(core_state, done[0]))
+        core_outputs = [output]
+        if len(features_t) > 1:
+            core = self._core
+            gates_x = tf.unstack(
+                snt.BatchApply(lambda x: tf.matmul(x, core.input_to_hidden) + core.b)(
+                    features[1:]
+                )
+            )
+            for gates_x_t, done_t in zip(gates_x, done[1:], strict=True):
+                core_state = reset(core_state, done_t)
+                gates = gates_x_t + tf.matmul(core_state.hidden, core.hidden_to_hidden)
+                i, f, g, o = tf.split(gates, num_or_size_splits=4, axis=1)
+                cell = tf.sigmoid(f) * core_state.cell + tf.sigmoid(i) * tf.tanh(g)
+                hidden = tf.sigmoid(o) * tf.tanh(cell)
+                core_state = snt.LSTMState(hidden=hidden, cell=cell)
+                core_outputs.append(hidden)
         agent_output = snt.BatchApply(self._head, num_dims=2)(tf.stack(core_outputs))
         return agent_output, core_state
 

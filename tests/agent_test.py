@@ -112,6 +112,43 @@ def test_core_state_resets_where_done():
     assert not np.allclose(full_v.baseline[k:, 0], tail_v.baseline[:, 0], atol=1e-5)
 
 
+def test_an_unroll_equals_sonnets_lstm_stepped_one_step_at_a_time():
+    """The unroll's LSTM (its input's share of the gates in one matmul over
+    all steps) against the agent called a step at a time (Sonnet's LSTM
+    step), across resets and from a non-zero state: the same outputs and
+    final state, and one set of variables."""
+    t, b = 12, 3
+    done = np.random.RandomState(3).rand(t, b) < 0.2
+    env_np = make_env_outputs([t, b], done=done, seed=4)
+    actions_np = np.random.RandomState(5).randint(0, 4, [t, b]).astype(np.int32)
+    with tf.Graph().as_default():
+        agent = agent_lib.Agent(4, torso="shallow")
+        start = snt.LSTMState(
+            hidden=tf.fill([b, 256], 0.3), cell=tf.fill([b, 256], -0.4)
+        )
+        unrolled, unrolled_state = agent.unroll(
+            tf.constant(actions_np), to_constants(env_np), start
+        )
+        state, stepped = start, []
+        for k in range(t):
+            step_env = to_constants(tf.nest.map_structure(lambda x, k=k: x[k], env_np))
+            output, state = agent(tf.constant(actions_np[k]), step_env, state)
+            stepped.append(output)
+        stepped = tf.nest.map_structure(lambda *xs: tf.stack(xs), *stepped)
+        variables = tf.compat.v1.trainable_variables()
+        assert len({v.name for v in variables}) == len(variables)
+        assert sum("core_lstm" in v.name for v in variables) == 3
+        values = run((unrolled, unrolled_state, stepped, state))
+    unrolled_v, unrolled_state_v, stepped_v, state_v = values
+    assert done[1:].any()  # resets inside the unroll
+    np.testing.assert_allclose(
+        unrolled_v.policy_logits, stepped_v.policy_logits, atol=1e-5
+    )
+    np.testing.assert_allclose(unrolled_v.baseline, stepped_v.baseline, atol=1e-5)
+    np.testing.assert_allclose(unrolled_state_v.hidden, state_v.hidden, atol=1e-5)
+    np.testing.assert_allclose(unrolled_state_v.cell, state_v.cell, atol=1e-5)
+
+
 def test_variables_created_once_and_shared():
     """Learner unroll, one-step call and a tf.scan loop use the same variables."""
     b = 2
