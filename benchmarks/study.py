@@ -62,6 +62,7 @@ from benchmarks.studies.records import (  # noqa: E402
     Study,
     StudyError,
     check_resumable,
+    folder_records,
     in_study_order,
     load_record,
 )
@@ -204,10 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     except StudyError as e:
         print(f"study.py: {e}", file=sys.stderr)
         return 2
-    names = sorted(f for f in os.listdir(args.results) if f.endswith(".json"))
-    every = in_study_order(
-        [load_record(os.path.join(args.results, n)) for n in names], study_arms
-    )
+    every = in_study_order(folder_records(args.results), study_arms)
     if not args.no_figure:
         figure = args.figure or os.path.join(args.results, "curves.png")
         study = STUDIES.get(args.study)

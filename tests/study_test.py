@@ -626,7 +626,7 @@ def test_atari5s_figure_overlays_a_baseline_folder_and_a_new_one(tmp_path, capsy
     new = tmp_path / "atari5_new"
     new.mkdir()
     scores = {}
-    for record in atari_study.folder_records(baseline):
+    for record in study_records.folder_records(baseline):
         ((level, result),) = record["test"]["levels"].items()
         result["returns"] = [r * 1.5 for r in result["returns"]]
         scores[record["arm"]] = atari57.human_normalized_score(level, result["returns"])
@@ -644,9 +644,9 @@ def test_atari5s_figure_overlays_a_baseline_folder_and_a_new_one(tmp_path, capsy
     assert f"{expected:.1f}" != "41.3"
     from benchmarks.core import figures
 
-    records = atari_study.folder_records(baseline)
+    records = study_records.folder_records(baseline)
     figure = figures.overlay_figure(
-        {"old": records, "new": atari_study.folder_records(str(new))},
+        {"old": records, "new": study_records.folder_records(str(new))},
         str(out),
         "atari5",
     )

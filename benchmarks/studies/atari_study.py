@@ -33,7 +33,7 @@ if __name__ == "__main__":  # a script: the repository first on the path
         os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     )
 from benchmarks.core import figures  # noqa: E402
-from benchmarks.studies.records import Arm, load_record, markdown_table  # noqa: E402
+from benchmarks.studies.records import Arm, folder_records, markdown_table  # noqa: E402
 
 ATARI5_FRAMES = 40_000_000
 TUNING_FRAMES = 10_000_000
@@ -163,12 +163,6 @@ def suite_table(suite: str, records: list[dict]) -> str:
         + "\n"
         + (line or f"No {suite} estimate: a game is untested.")
     )
-
-
-def folder_records(folder: str) -> list[dict]:
-    """The one-game records of a study's results folder, by file name."""
-    names = sorted(n for n in os.listdir(folder) if n.endswith(".json"))
-    return [r for n in names if (r := load_record(os.path.join(folder, n)))]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,7 +28,7 @@ if __name__ == "__main__":  # a script: the repository first on the path
         os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     )
 from benchmarks.core import figures  # noqa: E402
-from benchmarks.studies.records import Arm, load_record  # noqa: E402
+from benchmarks.studies.records import Arm, folder_records  # noqa: E402
 
 # The off-policy study (the paper's Table 2, docs/off-policy.md): each task
 # with its tested command, a frame budget and a replay capacity that fits a
@@ -213,10 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", default="benchmarks/results/off_policy")
     parser.add_argument("--out", default=None, help="default <results>/curves.png")
     args = parser.parse_args(argv)
-    names = sorted(n for n in os.listdir(args.results) if n.endswith(".json"))
-    records = [load_record(os.path.join(args.results, n)) for n in names]
     draw(
-        [r for r in records if r], args.out or os.path.join(args.results, "curves.png")
+        folder_records(args.results),
+        args.out or os.path.join(args.results, "curves.png"),
     )
     return 0
 

@@ -53,6 +53,12 @@ def load_record(path: str) -> dict | None:
     return record
 
 
+def folder_records(folder: str) -> list[dict]:
+    """Every record of a study's results folder, by file name."""
+    names = sorted(n for n in os.listdir(folder) if n.endswith(".json"))
+    return [load_record(os.path.join(folder, n)) for n in names]
+
+
 def write_record(path: str, record: dict) -> None:
     """Writes `record` whole: a temporary file renamed over `path`, so a
     kill never leaves half a record."""
