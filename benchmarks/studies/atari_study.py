@@ -33,7 +33,12 @@ if __name__ == "__main__":  # a script: the repository first on the path
         os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     )
 from benchmarks.core import figures  # noqa: E402
-from benchmarks.studies.records import Arm, folder_records, markdown_table  # noqa: E402
+from benchmarks.studies.records import (  # noqa: E402
+    Arm,
+    folder_records,
+    level_score,
+    markdown_table,
+)  # noqa: E402
 
 ATARI5_FRAMES = 40_000_000
 TUNING_FRAMES = 10_000_000
@@ -91,11 +96,9 @@ def _game(record: dict) -> tuple[str, float | None]:
     if len(levels) != 1:
         return record.get("arm", "?").split(SEPARATOR)[-1], None
     ((level, result),) = levels.items()
-    from families import atari57
-
-    try:  # from the returns: the record's score is rounded to 0.01
-        score = atari57.human_normalized_score(level, result["returns"])
-    except (KeyError, ValueError):
+    # From the returns: the record's score is rounded to 0.01.
+    score = level_score(level, result["returns"]) if "returns" in result else None
+    if score is None:
         score = result.get("human_normalized")
     return level.split("/")[-1], score
 

@@ -53,6 +53,17 @@ def load_record(path: str) -> dict | None:
     return record
 
 
+def level_score(level: str, returns) -> float | None:
+    """The human-normalised score of a level's test returns, None for a
+    level without published scores."""
+    from families import atari57
+
+    try:
+        return atari57.human_normalized_score(level, returns)
+    except ValueError:
+        return None
+
+
 def folder_records(folder: str) -> list[dict]:
     """Every record of a study's results folder, by file name."""
     names = sorted(n for n in os.listdir(folder) if n.endswith(".json"))

@@ -23,6 +23,7 @@ from benchmarks.studies.records import (
     Arm,
     StudyError,
     check_resumable,
+    level_score,
     load_record,
     training_done,
     write_record,
@@ -329,7 +330,7 @@ def _test(arm, record, path, logdir, options) -> None:
     levels = {}
     for level, result in results["levels"].items():
         entry = dict(result, episodes=len(result["returns"]))
-        score = _level_score(level, result["returns"])
+        score = level_score(level, result["returns"])
         if score is not None:
             entry["human_normalized"] = round(score, 2)
         levels[level] = entry
@@ -339,15 +340,6 @@ def _test(arm, record, path, logdir, options) -> None:
         "checkpoint": os.path.basename(results["checkpoint"]),
         "levels": levels,
     }
-
-
-def _level_score(level: str, returns) -> float | None:
-    from families import atari57
-
-    try:
-        return atari57.human_normalized_score(level, returns)
-    except ValueError:
-        return None
 
 
 # -- arms that train together --------------------------------------------------------
