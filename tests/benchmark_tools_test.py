@@ -383,3 +383,16 @@ def test_a_peers_lines_become_its_record_and_its_games_a_curve_by_minute(tmp_pat
     assert len(by_minutes.get_lines()) == len(by_frames.get_lines()) == 2
     assert by_frames.get_xlabel() == "environment frames (M)"
     assert by_frames.get_lines()[0].get_xdata()[-1] == 0.8
+
+
+def test_learner_bench_builds_and_steps_the_learner_on_its_random_unrolls():
+    """Each mode of the learner benchmark builds the learner from its
+    random unrolls (their dtypes the actor's specs': int64 policy_frames
+    included) and runs timed steps."""
+    from benchmarks.throughput import learner_bench
+
+    for mode in ("fixed", "queue"):
+        result = learner_bench.bench_config("shallow", 2, 5, mode, seconds=0.0)
+        assert result["mode"] == mode
+        assert result["steps"] >= 3
+        assert result["frames_per_s"] > 0

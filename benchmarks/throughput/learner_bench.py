@@ -63,6 +63,8 @@ def random_unrolls(specs, num_actions: int, count: int, rng):
             value = rng.randint(0, 256, size=shape, dtype=np.uint8)
         elif dtype == tf.bool:  # done: an episode ends now and then
             value = rng.random_sample(shape) < 0.01
+        elif dtype == tf.int64:  # policy_frames: the learner's frames then
+            value = np.zeros(shape, dtype=np.int64)
         elif dtype == tf.int32:  # actions (and episode steps)
             value = rng.randint(0, num_actions, size=shape).astype(np.int32)
         elif dtype == tf.string:
