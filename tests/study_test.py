@@ -529,12 +529,23 @@ def test_the_tuning_study_trains_replay_first_on_atari3_val_and_never_on_atari5(
         "--level_name=atari/assault",
         "--total_environment_frames=10000000",
     )
-    assert arms[-1].flags == (
+    by_name = {a.name: a for a in arms}
+    assert by_name["replay075.yars_revenge"].flags == (
         "--level_name=atari/yars_revenge",
         "--total_environment_frames=10000000",
         "--replay_proportion=0.75",
         "--replay_capacity=10000",
     )
+    # Stage 2 changes one thing at a time around stage 1's winner.
+    winner = atari_study.TUNING_STAGE1_WINNER
+    for change, flags in atari_study.TUNING_STAGE2_CHANGES.items():
+        arm = by_name[f"{winner}_{change}.ms_pacman"]
+        assert arm.flags == (*by_name[f"{winner}.ms_pacman"].flags, *flags)
+    assert [a.name for a in arms[6:9]] == [
+        "replay075.assault",
+        "replay075.ms_pacman",
+        "replay075.yars_revenge",
+    ]
     games = {a.flag("level_name").split("/")[1] for a in arms}
     assert games == set(atari57.SUBSETS["atari3_val"])
     assert not games & set(atari57.SUBSETS["atari5"])

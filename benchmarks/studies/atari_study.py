@@ -61,6 +61,24 @@ TUNING_CONFIGS: dict[str, tuple[str, ...]] = {
         f"--replay_capacity={TUNING_REPLAY_CAPACITY}",
     ),
 }
+# Stage 2: one change at a time around stage 1's winner (the replay setting
+# with the best Atari-3-Val estimate), each named '<winner>_<change>'. The
+# feed-forward agent first: the usual network for stacked Atari frames
+# (DQN's, PPO's), and a third less learner time a step here, which every
+# later arm and the Atari-5 runs would be paid in.
+TUNING_STAGE1_WINNER = "replay075"
+TUNING_STAGE2_CHANGES: dict[str, tuple[str, ...]] = {
+    "nolstm": ("--use_lstm=false",),
+}
+TUNING_CONFIGS.update(
+    {
+        f"{TUNING_STAGE1_WINNER}_{change}": (
+            *TUNING_CONFIGS[TUNING_STAGE1_WINNER],
+            *flags,
+        )
+        for change, flags in TUNING_STAGE2_CHANGES.items()
+    }
+)
 
 
 def suite_arms(suite: str, frames: int | None) -> list[Arm]:
