@@ -5,6 +5,7 @@ these tests cover only what their command lines promise and cost seconds.
 """
 
 import os
+import re
 import subprocess
 import sys
 
@@ -63,6 +64,63 @@ def test_defaults_part_passes_no_layout_flag_and_compares_with_the_best_setting(
     assert {k: family_default[k] for k in config.LAYOUT_SETTINGS} == {
         k: best[k] for k in config.LAYOUT_SETTINGS
     }
+
+
+def test_feed_forward_part_gives_experiment_flags_and_labels_each_row():
+    """The part's four runs: Atari's defaults with and without the LSTM,
+    without and with replay; their flags parse as experiment.py's, and the
+    table tells the rows apart."""
+    from benchmarks.throughput import throughput_report
+
+    part = throughput_bench.PARTS["feed_forward"]
+    flags = [throughput_bench.flags_for(c) for c in part]
+    assert [(f.get("use_lstm"), f.get("replay_proportion")) for f in flags] == [
+        (None, None),
+        ("false", None),
+        (None, 0.75),
+        ("false", 0.75),
+    ]
+    for f in flags:
+        assert not set(f) & set(config.LAYOUT_SETTINGS)
+        command = [sys.executable, "experiment.py", "--print_config"]
+        command += [f"--{k}={v}" for k, v in f.items() if k != "agent"]
+        printed = subprocess.run(
+            command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
+        )
+        assert printed.returncode == 0, printed.stderr[-2000:]
+        lstm = "false" if f.get("use_lstm") else "true"
+        assert re.search(rf"--use_lstm +{lstm} ", printed.stdout)
+    runs = [
+        {
+            "config": c,
+            "code": "current",
+            "repeat": 0,
+            "frames_per_s": 4000.0 + i,
+            "learner_steps_per_s": 1.0,
+            "cpu_s": {},
+            "cpu_total_s": 20.0,
+            "window_s": 10.0,
+            "load_start": 0.0,
+            "load_end": 0.0,
+            "startup_s": 5.0,
+        }
+        for i, c in enumerate(part)
+    ]
+    ceiling = {"frames_per_s": 30000.0, "frames_per_cpu_s": 15000.0, "load": 0.0}
+    text = throughput_report.table(
+        {
+            "machine": {"nproc": 2},
+            "ceilings": [ceiling],
+            "ceiling_frames_per_s": 30000.0,
+            "runs": runs,
+        }
+    )
+    rows = [line for line in text.splitlines() if line.startswith("| current")]
+    assert len(rows) == 4
+    assert "feed-forward" not in rows[0] and "replay" not in rows[0]
+    assert "feed-forward" in rows[1] and "replay" not in rows[1]
+    assert "replay 0.75 of 10,000" in rows[2] and "feed-forward" not in rows[2]
+    assert "feed-forward, replay 0.75 of 10,000" in rows[3]
 
 
 def test_family_bench_layouts_name_the_layout_flags_or_the_familys_defaults():

@@ -33,6 +33,8 @@ named for what it varies:
   shallow_batch       the shallow agent at 8 x 8 with batch 8, 16 and 32
   shallow_batch32_layouts  the shallow agent at batch 32 over 32-128
                       environments
+  feed_forward        Atari's defaults with the LSTM and feed-forward
+                      (--use_lstm=false), without and with replay 0.75
   With `--baseline_code=git:REV` (any part) each configuration also runs on
   the code at REV, first (before/after a fix, interleaved); with --alternate
   every other round runs the current code first. A configuration whose
@@ -243,6 +245,17 @@ PARTS["shallow_batch"] = [
 PARTS["shallow_batch32_layouts"] = [
     dict(_shared("shallow", n, k, k), batch_size=32)
     for n, k in ((4, 16), (2, 32), (4, 32), (2, 16), (4, 8))
+]
+
+# The feed-forward agent (--use_lstm=false, the tuning study's first
+# stage-2 arm) against the LSTM at Atari's defaults, without replay and with
+# replay 0.75 of each batch at 10,000 unrolls (the learner then does four
+# times the work per frame).
+_REPLAY075 = {"replay_proportion": 0.75, "replay_capacity": 10_000}
+PARTS["feed_forward"] = [
+    dict(_family_defaults("shallow"), **replay, **lstm)
+    for replay in ({}, _REPLAY075)
+    for lstm in ({}, {"use_lstm": "false"})
 ]
 
 

@@ -57,6 +57,8 @@ def table(result: dict) -> str:
             c.get("envs_per_actor", 1),
             c.get("envs_per_process", 1),
             c.get("torso_dtype", "float32"),
+            c.get("use_lstm", "true"),
+            c.get("replay_proportion", 0),
             c["batch_size"],
             c["unroll_length"],
             dynamic_batching,
@@ -81,6 +83,10 @@ def table(result: dict) -> str:
         agent = c["agent"]
         if c.get("torso_dtype", "float32") != "float32":
             agent += f" ({c['torso_dtype']})"
+        if c.get("use_lstm", "true") == "false":
+            agent += ", feed-forward"
+        if c.get("replay_proportion"):
+            agent += f", replay {c['replay_proportion']} of {c['replay_capacity']:,}"
         if c.get("family_defaults"):
             agent += ", no layout flags (Atari's defaults)"
         ratio = ""
