@@ -101,6 +101,7 @@ class LearnerConfig:
     off_policy_correction: str = DEFAULTS["off_policy_correction"]
     rho_bar: float = DEFAULTS["rho_bar"]
     c_bar: float = DEFAULTS["c_bar"]
+    vtrace_lambda: float = DEFAULTS["vtrace_lambda"]
     # Experience replay (learner/replay.py): the share of each batch replayed
     # and each learner's buffer's capacity in unrolls.
     replay_proportion: float = DEFAULTS["replay_proportion"]
@@ -294,6 +295,11 @@ def validate_flags(
     require(f.entropy_cost >= 0.0, "entropy_cost", "must be >= 0.")
     require(f.rho_bar > 0.0, "rho_bar", "must be > 0 (the paper's 1).")
     require(f.c_bar > 0.0, "c_bar", "must be > 0 (the paper's 1).")
+    require(
+        0.0 <= f.vtrace_lambda <= 1.0,
+        "vtrace_lambda",
+        "must be in [0, 1] (1: the paper's V-trace).",
+    )
     require(f.baseline_cost >= 0.0, "baseline_cost", "must be >= 0.")
     require(
         0.0 <= f.replay_proportion < 1.0,

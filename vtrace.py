@@ -122,6 +122,7 @@ def from_logits(
     name: str = "vtrace_from_logits",
     *,
     clip_c_threshold: float | tf.Tensor | None = 1.0,
+    lambda_: float | tf.Tensor = 1.0,
 ) -> VTraceFromLogitsReturns:
     """V-trace targets for softmax policies given as logits.
 
@@ -143,6 +144,9 @@ def from_logits(
       name: name scope for the ops.
       clip_c_threshold: (keyword only, beyond the reference's API) scalar
         c-bar, the clip of the trace coefficients c_s; None disables it.
+      lambda_: (keyword only, beyond the reference's API) scalar lambda in
+        [0, 1] that scales the traces, c_s = lambda min(c-bar, rho_s) (the
+        paper's remark on mixing 1-step and n-step targets); 1 is V-trace.
 
     Returns:
       VTraceFromLogitsReturns with
@@ -198,6 +202,7 @@ def from_logits(
             clip_rho_threshold=clip_rho_threshold,
             clip_pg_rho_threshold=clip_pg_rho_threshold,
             clip_c_threshold=clip_c_threshold,
+            lambda_=lambda_,
         )
         return VTraceFromLogitsReturns(
             vs=vtrace_returns.vs,
@@ -237,6 +242,7 @@ def from_importance_weights(
     name: str = "vtrace_from_importance_weights",
     *,
     clip_c_threshold: float | tf.Tensor | None = 1.0,
+    lambda_: float | tf.Tensor = 1.0,
 ) -> VTraceReturns:
     """V-trace targets from log importance weights.
 
@@ -260,6 +266,10 @@ def from_importance_weights(
       clip_c_threshold: (keyword only, beyond the reference's API) scalar
         c-bar for the trace coefficients c_s (the paper's 1); None disables
         clipping.
+      lambda_: (keyword only, beyond the reference's API) scalar lambda in
+        [0, 1]: c_s = lambda min(c-bar, rho_s), the paper's remark on mixing
+        1-step (0) and n-step (1) bootstrapping, as GAE's lambda does for
+        on-policy targets; 1 (the default) is the paper's V-trace.
 
     Returns:
       VTraceReturns(vs, pg_advantages), both float with the broadcast shape of
@@ -285,6 +295,9 @@ def from_importance_weights(
         clip_pg_rho_threshold, "clip_pg_rho_threshold", dtype
     )
     clip_c_threshold = _threshold(clip_c_threshold, "clip_c_threshold", dtype)
+    lambda_ = _threshold(lambda_, "lambda_", dtype)
+    if lambda_ is None:
+        raise ValueError("lambda_ must be a scalar in [0, 1], not None.")
 
     # --- Build-time shape checks, so mistakes fail here and not in a session.
     rank = log_rhos.shape.rank
@@ -324,9 +337,10 @@ def from_importance_weights(
         else:
             clipped_rhos = rhos
         if clip_c_threshold is not None:
-            cs = tf.minimum(clip_c_threshold, rhos, name="cs")
+            cs = tf.minimum(clip_c_threshold, rhos)
         else:
-            cs = tf.identity(rhos, name="cs")
+            cs = rhos
+        cs = tf.multiply(lambda_, cs, name="cs")
 
         # V(x_{s+1}) for s = 0 .. T-1, with V(x_T) = bootstrap_value.
         values_t_plus_1 = tf.concat(

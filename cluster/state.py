@@ -117,6 +117,7 @@ def agreeing_settings(config, observation_specs) -> str:
             "off_policy_correction": config.learner.off_policy_correction,
             "rho_bar": config.learner.rho_bar,
             "c_bar": config.learner.c_bar,
+            "vtrace_lambda": config.learner.vtrace_lambda,
             "replay_proportion": config.learner.replay_proportion,
             "replay_capacity": config.learner.replay_capacity,
             "observations": [

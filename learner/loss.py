@@ -28,7 +28,8 @@ REWARD_CLIPPINGS = ("abs_one", "soft_asymmetric", "none")
 
 # The off-policy corrections of the paper's section 5.2.2 (its Table 2), with
 # rho_s = pi(a_s|x_s) / mu(a_s|x_s) (learner over actor), rho-bar and c-bar
-# the clipping thresholds (--rho_bar, --c_bar):
+# the clipping thresholds (--rho_bar, --c_bar; --vtrace_lambda scales every
+# c_i by lambda, 1 by default):
 #   vtrace: V-trace (section 4): v_s = V(x_s) + sum_t (prod_i gamma_i c_i)
 #     delta_t, delta_t = min(rho-bar, rho_t)(r_t + gamma_t V(x_{t+1}) -
 #     V(x_t)), c_i = min(c-bar, rho_i); pg_advantage_s = min(rho-bar, rho_s)
@@ -105,6 +106,7 @@ def off_policy_targets(
     bootstrap_value: tf.Tensor,
     rho_bar: float = 1.0,
     c_bar: float = 1.0,
+    vtrace_lambda: float = 1.0,
 ) -> vtrace.VTraceFromLogitsReturns:
     """The value targets `vs` and `pg_advantages` [T, B] of one of
     OFF_POLICY_CORRECTIONS (see above), from the actors' and the learner's
@@ -128,6 +130,7 @@ def off_policy_targets(
         clip_rho_threshold=rho_bar,
         clip_pg_rho_threshold=rho_bar,
         clip_c_threshold=c_bar,
+        lambda_=vtrace_lambda,
     )
     if correction == "vtrace":
         return corrected
@@ -138,6 +141,7 @@ def off_policy_targets(
         rewards=rewards,
         values=values,
         bootstrap_value=bootstrap_value,
+        lambda_=vtrace_lambda,
     )
     pg_advantages = uncorrected.pg_advantages
     if correction == "one_step_is":
@@ -221,6 +225,7 @@ def compute_loss(
         bootstrap_value,
         rho_bar=config.rho_bar,
         c_bar=config.c_bar,
+        vtrace_lambda=config.vtrace_lambda,
     )
 
     pg_advantages = vtrace_returns.pg_advantages

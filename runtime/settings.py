@@ -268,6 +268,14 @@ SETTINGS: tuple[Setting, ...] = (
         "learner",
     ),
     Setting(
+        "vtrace_lambda",
+        1.0,
+        "lambda in [0, 1] that scales V-trace's trace coefficients, c_s = "
+        "lambda min(c-bar, rho_s) (the paper's remark on mixing 1-step and "
+        "n-step targets, as GAE's lambda); 1 = the paper's V-trace.",
+        "learner",
+    ),
+    Setting(
         "replay_proportion",
         0.0,
         "Experience replay on the learner: the share of each batch replayed "

@@ -471,6 +471,7 @@ def test_bad_flags_exit_nonzero_with_one_line(bad_flag_runs, name):
         (["--envs_per_process=0"], "--envs_per_process=0"),
         (["--progress_secs=0"], "--progress_secs=0: must be >= 1"),
         (["--learning_rate_decay_frames=-1"], "--learning_rate_decay_frames=-1"),
+        (["--vtrace_lambda=1.5"], "--vtrace_lambda=1.5: must be in [0, 1]"),
         (["--mode=test"], "no checkpoint"),
         (["--level_name=explore_goal_locations_small"], "DeepMind Lab"),
     ],

@@ -277,6 +277,7 @@ def numpy_corrected(data: dict, learner_config: LearnerConfig) -> dict:
         numpy_log_softmax(data["behaviour_logits"][1:]), actions[..., None], -1
     )[..., 0]
     rho_bar, c_bar = learner_config.rho_bar, learner_config.c_bar
+    lambda_ = learner_config.vtrace_lambda
     correction = learner_config.off_policy_correction
     if correction == "vtrace":
         vs, pg = numpy_vtrace(
@@ -288,10 +289,16 @@ def numpy_corrected(data: dict, learner_config: LearnerConfig) -> dict:
             rho_bar,
             rho_bar,
             c_bar,
+            lambda_,
         )
     else:
         vs, pg = numpy_vtrace(
-            np.zeros_like(log_pi), discounts, rewards, values, bootstrap
+            np.zeros_like(log_pi),
+            discounts,
+            rewards,
+            values,
+            bootstrap,
+            lambda_=lambda_,
         )
         if correction == "one_step_is":
             pg = np.minimum(rho_bar, np.exp(log_pi - log_mu)) * pg
@@ -312,11 +319,18 @@ def numpy_corrected(data: dict, learner_config: LearnerConfig) -> dict:
 
 
 @pytest.mark.parametrize("correction", CORRECTIONS)
-@pytest.mark.parametrize("rho_bar,c_bar", [(1.0, 1.0), (10.0, 0.5)])
-def test_each_correction_matches_numpy_term_by_term(correction, rho_bar, c_bar):
+@pytest.mark.parametrize(
+    "rho_bar,c_bar,vtrace_lambda", [(1.0, 1.0, 1.0), (10.0, 0.5, 1.0), (1.0, 1.0, 0.9)]
+)
+def test_each_correction_matches_numpy_term_by_term(
+    correction, rho_bar, c_bar, vtrace_lambda
+):
     data = batch(3)
     learner_config = config(
-        off_policy_correction=correction, rho_bar=rho_bar, c_bar=c_bar
+        off_policy_correction=correction,
+        rho_bar=rho_bar,
+        c_bar=c_bar,
+        vtrace_lambda=vtrace_lambda,
     )
     got, want = run_loss(data, learner_config), numpy_corrected(data, learner_config)
     for term in ("vs", "pg_advantages", "policy_gradient", "baseline", "total"):

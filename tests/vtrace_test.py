@@ -33,12 +33,14 @@ def numpy_vtrace(
     clip_rho_threshold=1.0,
     clip_pg_rho_threshold=1.0,
     clip_c_threshold=1.0,
+    lambda_=1.0,
 ):
     """V-trace targets by the definition, O(T^2), float64.
 
     v_s = V(x_s) + sum_{t=s}^{T-1} (prod_{i=s}^{t-1} gamma_i c_i) delta_t
     delta_t = min(rho_bar, rho_t) (r_t + gamma_t V(x_{t+1}) - V(x_t))
-    c_i = min(c_bar, rho_i)  (c_bar = clip_c_threshold, the paper's 1)
+    c_i = lambda min(c_bar, rho_i)  (c_bar = clip_c_threshold, the paper's 1;
+          lambda = lambda_, 1 in the paper's V-trace)
     pg_s = min(pg_rho_bar, rho_s) (r_s + gamma_s v_{s+1} - V(x_s)), v_T = V(x_T)
 
     Inputs are time-major numpy arrays that broadcast against each other.
@@ -50,7 +52,7 @@ def numpy_vtrace(
     num_steps = values.shape[0]
     rhos = np.exp(log_rhos)
     rho_bar_rhos = _clip(rhos, clip_rho_threshold)
-    cs = _clip(rhos, clip_c_threshold)
+    cs = lambda_ * _clip(rhos, clip_c_threshold)
 
     def value_at(s):  # V(x_s) for s = 0 .. T, with V(x_T) the bootstrap.
         return bootstrap_value if s == num_steps else values[s]
@@ -553,8 +555,9 @@ def test_public_api_matches_reference():
         ("clip_rho_threshold", 1.0),
         ("clip_pg_rho_threshold", 1.0),
         ("name", "vtrace_from_importance_weights"),
-        # Ours, keyword-only after the reference's: c-bar.
+        # Ours, keyword-only after the reference's: c-bar and lambda.
         ("clip_c_threshold", 1.0),
+        ("lambda_", 1.0),
     ]
     assert params(vtrace.from_logits) == [
         ("behaviour_policy_logits", empty),
@@ -568,6 +571,7 @@ def test_public_api_matches_reference():
         ("clip_pg_rho_threshold", 1.0),
         ("name", "vtrace_from_logits"),
         ("clip_c_threshold", 1.0),
+        ("lambda_", 1.0),
     ]
 
 
@@ -591,3 +595,68 @@ def test_c_bar_clips_the_trace_coefficients(c_bar):
     vs, pg = numpy_vtrace(**inputs, clip_c_threshold=c_bar)
     np.testing.assert_allclose(out.vs, vs, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(out.pg_advantages, pg, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("lambda_", [0.0, 0.5, 0.95])
+@pytest.mark.parametrize("c_bar", [1.0, None])
+def test_lambda_scales_the_trace_coefficients(lambda_, c_bar):
+    """c_s = lambda min(c-bar, rho_s): against the definition, and through
+    from_logits (which passes lambda on)."""
+    inputs = make_inputs(5, 6, 3)
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        out = session.run(
+            vtrace.from_importance_weights(
+                **inputs, clip_c_threshold=c_bar, lambda_=lambda_
+            )
+        )
+    vs, pg = numpy_vtrace(**inputs, clip_c_threshold=c_bar, lambda_=lambda_)
+    np.testing.assert_allclose(out.vs, vs, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out.pg_advantages, pg, rtol=1e-5, atol=1e-5)
+    if lambda_ < 1.0:  # it changes the targets wherever a trace continues
+        full, _ = numpy_vtrace(**inputs, clip_c_threshold=c_bar)
+        assert np.abs(vs - full).max() > 1e-3
+
+    logits = make_logits_inputs(6, 4, 2, 3)
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        got = session.run(vtrace.from_logits(**logits, lambda_=lambda_))
+    log_rhos = numpy_log_softmax(logits["target_policy_logits"]) - numpy_log_softmax(
+        logits["behaviour_policy_logits"]
+    )
+    log_rhos = np.take_along_axis(log_rhos, logits["actions"][..., None], -1)[..., 0]
+    vs, _ = numpy_vtrace(
+        log_rhos,
+        logits["discounts"],
+        logits["rewards"],
+        logits["values"],
+        logits["bootstrap_value"],
+        lambda_=lambda_,
+    )
+    np.testing.assert_allclose(got.vs, vs, rtol=1e-5, atol=1e-5)
+
+
+def test_on_policy_lambda_gives_lambda_returns():
+    """With rho = 1, v_s is the lambda-return: G_s = r_s + gamma ((1 -
+    lambda) V(x_{s+1}) + lambda G_{s+1}), G_T = V(x_T); lambda 0 is the
+    one-step target r_s + gamma V(x_{s+1})."""
+    num_steps, batch, gamma = 7, 3, 0.9
+    rng = np.random.default_rng(1)
+    rewards = rng.normal(size=(num_steps, batch))
+    values = rng.normal(size=(num_steps, batch))
+    bootstrap = rng.normal(size=(batch,))
+    for lambda_ in (0.0, 0.6, 0.95):
+        got = vtrace.from_importance_weights(
+            log_rhos=np.zeros((num_steps, batch)),
+            discounts=np.full((num_steps, batch), gamma),
+            rewards=rewards,
+            values=tf.constant(values),
+            bootstrap_value=bootstrap,
+            lambda_=lambda_,
+        )
+        following = bootstrap  # G_{s+1}, starting at G_T = V(x_T)
+        for s in reversed(range(num_steps)):
+            next_value = bootstrap if s == num_steps - 1 else values[s + 1]
+            target = rewards[s] + gamma * (
+                (1 - lambda_) * next_value + lambda_ * following
+            )
+            np.testing.assert_allclose(got.vs.numpy()[s], target, rtol=1e-10)
+            following = target
