@@ -182,19 +182,26 @@ def test_thresholds_actually_clip():
     assert not np.allclose(results[None][0], results[3.7][0])
 
 
+def on_policy_inputs(seed, num_steps, batch, gamma):
+    """rho = 1 everywhere: from_importance_weights' inputs with random
+    rewards, values and bootstrap value and a constant discount."""
+    rng = np.random.default_rng(seed)
+    return dict(
+        log_rhos=np.zeros((num_steps, batch)),
+        discounts=np.full((num_steps, batch), gamma),
+        rewards=rng.normal(size=(num_steps, batch)),
+        values=rng.normal(size=(num_steps, batch)),
+        bootstrap_value=rng.normal(size=(batch,)),
+    )
+
+
 def test_on_policy_gives_n_step_returns():
     """With rho = 1 everywhere, v_s is the n-step bootstrapped return (paper, 4.1)."""
     num_steps, batch, gamma = 6, 3, 0.95
-    rng = np.random.default_rng(0)
-    rewards = rng.normal(size=(num_steps, batch))
-    values = rng.normal(size=(num_steps, batch))
-    bootstrap = rng.normal(size=(batch,))
+    inputs = on_policy_inputs(0, num_steps, batch, gamma)
+    rewards, bootstrap = inputs["rewards"], inputs["bootstrap_value"]
     got = vtrace.from_importance_weights(
-        log_rhos=np.zeros((num_steps, batch)),
-        discounts=np.full((num_steps, batch), gamma),
-        rewards=rewards,
-        values=tf.constant(values),
-        bootstrap_value=bootstrap,
+        **dict(inputs, values=tf.constant(inputs["values"]))
     )
     for s in range(num_steps):
         n_step = sum(gamma ** (t - s) * rewards[t] for t in range(s, num_steps))
@@ -333,14 +340,18 @@ def test_log_probs_from_logits_and_actions_matches_numpy_log_softmax():
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("rho_bar,pg_rho_bar", [(None, None), (1.0, 1.0), (3.7, 1.0)])
-def test_from_logits_matches_numpy(rho_bar, pg_rho_bar):
+@pytest.mark.parametrize(
+    "rho_bar,pg_rho_bar,lambda_",
+    [(None, None, 1.0), (1.0, 1.0, 1.0), (3.7, 1.0, 1.0), (1.0, 1.0, 0.5)],
+)
+def test_from_logits_matches_numpy(rho_bar, pg_rho_bar, lambda_):
     num_steps, batch, num_actions = 9, 4, 6
     inputs = make_logits_inputs(21, num_steps, batch, num_actions)
     with tf.Graph().as_default():
         out = vtrace.from_logits(
             clip_rho_threshold=rho_bar,
             clip_pg_rho_threshold=pg_rho_bar,
+            lambda_=lambda_,
             **{
                 k: tf.constant(v, tf.int32 if k == "actions" else tf.float32)
                 for k, v in inputs.items()
@@ -366,6 +377,7 @@ def test_from_logits_matches_numpy(rho_bar, pg_rho_bar):
         bootstrap_value=inputs["bootstrap_value"],
         clip_rho_threshold=rho_bar,
         clip_pg_rho_threshold=pg_rho_bar,
+        lambda_=lambda_,
     )
     tol = dict(rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(got.target_action_log_probs, want_target, **tol)
@@ -600,8 +612,8 @@ def test_c_bar_clips_the_trace_coefficients(c_bar):
 @pytest.mark.parametrize("lambda_", [0.0, 0.5, 0.95])
 @pytest.mark.parametrize("c_bar", [1.0, None])
 def test_lambda_scales_the_trace_coefficients(lambda_, c_bar):
-    """c_s = lambda min(c-bar, rho_s): against the definition, and through
-    from_logits (which passes lambda on)."""
+    """c_s = lambda min(c-bar, rho_s): against the definition
+    (test_from_logits_matches_numpy covers from_logits passing it on)."""
     inputs = make_inputs(5, 6, 3)
     with tf.Graph().as_default(), tf.compat.v1.Session() as session:
         out = session.run(
@@ -616,41 +628,18 @@ def test_lambda_scales_the_trace_coefficients(lambda_, c_bar):
         full, _ = numpy_vtrace(**inputs, clip_c_threshold=c_bar)
         assert np.abs(vs - full).max() > 1e-3
 
-    logits = make_logits_inputs(6, 4, 2, 3)
-    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
-        got = session.run(vtrace.from_logits(**logits, lambda_=lambda_))
-    log_rhos = numpy_log_softmax(logits["target_policy_logits"]) - numpy_log_softmax(
-        logits["behaviour_policy_logits"]
-    )
-    log_rhos = np.take_along_axis(log_rhos, logits["actions"][..., None], -1)[..., 0]
-    vs, _ = numpy_vtrace(
-        log_rhos,
-        logits["discounts"],
-        logits["rewards"],
-        logits["values"],
-        logits["bootstrap_value"],
-        lambda_=lambda_,
-    )
-    np.testing.assert_allclose(got.vs, vs, rtol=1e-5, atol=1e-5)
-
 
 def test_on_policy_lambda_gives_lambda_returns():
     """With rho = 1, v_s is the lambda-return: G_s = r_s + gamma ((1 -
     lambda) V(x_{s+1}) + lambda G_{s+1}), G_T = V(x_T); lambda 0 is the
     one-step target r_s + gamma V(x_{s+1})."""
     num_steps, batch, gamma = 7, 3, 0.9
-    rng = np.random.default_rng(1)
-    rewards = rng.normal(size=(num_steps, batch))
-    values = rng.normal(size=(num_steps, batch))
-    bootstrap = rng.normal(size=(batch,))
+    inputs = on_policy_inputs(1, num_steps, batch, gamma)
+    rewards, values = inputs["rewards"], inputs["values"]
+    bootstrap = inputs["bootstrap_value"]
     for lambda_ in (0.0, 0.6, 0.95):
         got = vtrace.from_importance_weights(
-            log_rhos=np.zeros((num_steps, batch)),
-            discounts=np.full((num_steps, batch), gamma),
-            rewards=rewards,
-            values=tf.constant(values),
-            bootstrap_value=bootstrap,
-            lambda_=lambda_,
+            **dict(inputs, values=tf.constant(values)), lambda_=lambda_
         )
         following = bootstrap  # G_{s+1}, starting at G_T = V(x_T)
         for s in reversed(range(num_steps)):

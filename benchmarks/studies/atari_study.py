@@ -38,7 +38,7 @@ from benchmarks.studies.records import (  # noqa: E402
     folder_records,
     level_score,
     markdown_table,
-)  # noqa: E402
+)
 
 ATARI5_FRAMES = 40_000_000
 TUNING_FRAMES = 10_000_000
